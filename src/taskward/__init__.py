@@ -1,0 +1,86 @@
+"""taskward: a durable task control plane for Python.
+
+One typed, idempotent admission function; one table of runs with a closed nine-state lifecycle
+owned by one compare-and-swap transition function; leased workers that route by capability.
+"""
+
+from taskward.adapters import AdapterConfig, build_registry, task
+from taskward.admission import submit_task
+from taskward.cancellation import cancel_task, request_task_cancel
+from taskward.capabilities import (
+    CAPABILITY_CLASSES,
+    affinity_score,
+    host_scoped_concurrency_key,
+    worker_can_serve,
+)
+from taskward.errors import (
+    AdapterNotRegistered,
+    InvalidTransition,
+    StoreError,
+    StoreUnavailable,
+    TaskIdempotencyConflict,
+    TaskNotFound,
+    TaskValidationError,
+    TaskwardError,
+    TransitionIdempotencyConflict,
+)
+from taskward.lifecycle import EDGES, TERMINAL, Status
+from taskward.models import (
+    Actor,
+    CancelResult,
+    StateReason,
+    TaskApplication,
+    TransitionRequest,
+    TransitionResult,
+)
+from taskward.reads import get_task, list_task_events, list_tasks, list_transitions
+from taskward.registry import (
+    CancellationToken,
+    TaskAdapter,
+    TaskAdapterRegistry,
+    TaskExecutionResult,
+)
+from taskward.store import StateDB, open_db
+from taskward.transitions import transition_task
+
+__all__ = [
+    "CAPABILITY_CLASSES",
+    "EDGES",
+    "TERMINAL",
+    "Actor",
+    "AdapterConfig",
+    "AdapterNotRegistered",
+    "CancelResult",
+    "CancellationToken",
+    "InvalidTransition",
+    "StateDB",
+    "StateReason",
+    "Status",
+    "StoreError",
+    "StoreUnavailable",
+    "TaskAdapter",
+    "TaskAdapterRegistry",
+    "TaskApplication",
+    "TaskExecutionResult",
+    "TaskIdempotencyConflict",
+    "TaskNotFound",
+    "TaskValidationError",
+    "TaskwardError",
+    "TransitionIdempotencyConflict",
+    "TransitionRequest",
+    "TransitionResult",
+    "affinity_score",
+    "build_registry",
+    "cancel_task",
+    "get_task",
+    "host_scoped_concurrency_key",
+    "list_task_events",
+    "list_tasks",
+    "list_transitions",
+    "open_db",
+    "request_task_cancel",
+    "submit_task",
+    "task",
+    "transition_task",
+    "worker_can_serve",
+]

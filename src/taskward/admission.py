@@ -1,0 +1,191 @@
+"""``submit_task``: the only code that inserts a run (ADR-0072 D1/D2, DESIGN.md R8).
+
+Validation and canonicalisation happen before any SQL; a failure writes nothing. The insert is
+``INSERT ... ON CONFLICT DO NOTHING`` followed by a read and a hash comparison, so the same key
+with the same application returns the original id forever, and a different application raises
+``TaskIdempotencyConflict`` without touching either task.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Final
+
+from taskward.adapters import build_registry
+from taskward.canonical import canonical_json, content_hash, dumps
+from taskward.capabilities import host_scoped_concurrency_key, normalize_capabilities
+from taskward.errors import TaskIdempotencyConflict, TaskValidationError
+from taskward.models import EXECUTION_TARGETS, TaskApplication
+from taskward.registry import TaskAdapterRegistry
+from taskward.store.port import StateDB
+
+MAX_ARGS_BYTES: Final = 1024 * 1024
+MAX_KEY_LENGTH: Final = 255
+MAX_CAPABILITIES: Final = 64
+ADMISSION_SOURCES: Final = frozenset({"library", "cli", "http", "schedule"})
+
+
+@cache
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+@dataclass(frozen=True)
+class AdmittedApplication:
+    """A validated, canonical application: exactly what is hashed and stored."""
+
+    action_kind: str
+    args: dict[str, Any]
+    args_json: str
+    execution_target: str
+    required_capabilities: list[str]
+    library_ref: str | None
+    library_content_hash: str | None
+    idempotency_key: str
+    application_hash: str
+    concurrency_key: str | None
+
+
+def _optional_text(field: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise TaskValidationError(field, value, "null or a non-empty string")
+    return value
+
+
+def _capabilities(value: object) -> list[str]:
+    if not isinstance(value, Sequence) or isinstance(value, str | bytes):
+        raise TaskValidationError("required_capabilities", value, "a list of non-empty strings")
+    for token in value:
+        if not isinstance(token, str) or not token.strip() or token != token.strip():
+            raise TaskValidationError(
+                "required_capabilities", token,
+                "non-empty strings without surrounding whitespace")
+    if len(value) > MAX_CAPABILITIES:
+        raise TaskValidationError("required_capabilities", f"{len(value)} tokens",
+                                  f"at most {MAX_CAPABILITIES}")
+    return normalize_capabilities(value)
+
+
+def validate_application(
+    app: TaskApplication, registry: TaskAdapterRegistry
+) -> AdmittedApplication:
+    """Validate and canonicalise ``app`` (never mutating it); raises TaskValidationError."""
+    if not isinstance(app, TaskApplication):
+        raise TaskValidationError("application", type(app).__name__, "a TaskApplication")
+    key = app.idempotency_key
+    if not isinstance(key, str) or not key.strip():
+        raise TaskValidationError("idempotency_key", key, "a non-empty string (ADR-0072 D1)")
+    key = key.strip()
+    if len(key) > MAX_KEY_LENGTH:
+        raise TaskValidationError("idempotency_key", f"{len(key)} characters",
+                                  f"at most {MAX_KEY_LENGTH} characters")
+    kind, adapter = registry.resolve(app.action_kind)
+    if app.execution_target not in EXECUTION_TARGETS:
+        raise TaskValidationError("execution_target", app.execution_target,
+                                  sorted(EXECUTION_TARGETS))
+    if not isinstance(app.args, Mapping) or not all(isinstance(k, str) for k in app.args):
+        raise TaskValidationError("args", type(app.args).__name__,
+                                  "a JSON object (a dict with string keys)")
+    try:
+        args_json = canonical_json(app.args)
+    except (TypeError, ValueError) as exc:
+        raise TaskValidationError("args", "not JSON-serializable",
+                                  "JSON values only (no NaN, bytes or objects)",
+                                  message=f"args must be JSON-serializable: {exc}") from exc
+    if len(args_json.encode("utf-8")) > MAX_ARGS_BYTES:
+        raise TaskValidationError("args", f"{len(args_json.encode('utf-8'))} bytes",
+                                  f"at most {MAX_ARGS_BYTES} bytes of JSON")
+    args = dict(app.args)
+    capabilities = _capabilities(app.required_capabilities)
+    library_ref = _optional_text("library_ref", app.library_ref)
+    library_hash = _optional_text("library_content_hash", app.library_content_hash)
+    try:
+        adapter.validate_args(args)
+    except TaskValidationError:
+        raise
+    except ValueError as exc:
+        raise TaskValidationError("args", "rejected by the adapter", f"what {kind} accepts",
+                                  message=f"args rejected by the {kind} adapter: {exc}") from exc
+    validate_provenance = getattr(adapter, "validate_provenance", None)
+    if validate_provenance is not None:
+        validate_provenance(library_ref, library_hash)
+    application_hash = content_hash(
+        {
+            "action_kind": kind,
+            "args": args,
+            "execution_target": app.execution_target,
+            "required_capabilities": capabilities,
+            "library_ref": library_ref,
+            "library_content_hash": library_hash,
+        }
+    )
+    return AdmittedApplication(
+        action_kind=kind,
+        args=args,
+        args_json=args_json,
+        execution_target=app.execution_target,
+        required_capabilities=capabilities,
+        library_ref=library_ref,
+        library_content_hash=library_hash,
+        idempotency_key=key,
+        application_hash=application_hash,
+        concurrency_key=host_scoped_concurrency_key(_hostname(), capabilities),
+    )
+
+
+async def submit_task(
+    db: StateDB,
+    app: TaskApplication,
+    *,
+    registry: TaskAdapterRegistry | None = None,
+    admission_source: str = "library",
+    schedule_id: str | None = None,
+    now: float | None = None,
+) -> str:
+    """Admit ``app`` as a queued run and return its id (the existing id for a replayed key).
+
+    Raises:
+        TaskValidationError: bad input (nothing written); AdapterNotRegistered for the kind.
+        TaskIdempotencyConflict: the key already admitted a different application.
+    """
+    if admission_source not in ADMISSION_SOURCES:
+        raise TaskValidationError("admission_source", admission_source, sorted(ADMISSION_SOURCES))
+    admitted = validate_application(app, registry if registry is not None else build_registry())
+    new_id = str(uuid.uuid4())
+    async with db.transaction(now=now) as tx:
+        row = await tx.fetchone(
+            "run_insert_if_new",
+            {
+                "id": new_id,
+                "schedule_id": schedule_id,
+                "trigger_context": "{}",
+                "action_kind": admitted.action_kind,
+                "action_args": admitted.args_json,
+                "concurrency_key": admitted.concurrency_key,
+                "required_capabilities": dumps(admitted.required_capabilities),
+                "execution_target": admitted.execution_target,
+                "library_ref": admitted.library_ref,
+                "library_content_hash": admitted.library_content_hash,
+                "idempotency_key": admitted.idempotency_key,
+                "application_hash": admitted.application_hash,
+                "admission_source": admission_source,
+            },
+        )
+        if row is not None:
+            task_id: str = row["id"]
+            return task_id
+        existing = await tx.fetchone(
+            "run_get_by_key", {"idempotency_key": admitted.idempotency_key}
+        )
+    if existing is None:  # pragma: no cover - the unique index makes this unreachable
+        raise RuntimeError("admission insert conflicted but no row holds the key")
+    if existing["application_hash"] != admitted.application_hash:
+        raise TaskIdempotencyConflict(admitted.idempotency_key, existing["id"])
+    existing_id: str = existing["id"]
+    return existing_id

@@ -1,0 +1,111 @@
+"""Cancellation (ADR-0072 D5): immediate for unowned rows, cooperative for running ones.
+
+- queued / waiting_dependency / retry_wait -> cancelled through ``transition_task``;
+- running: record ``cancel_requested_at/by`` and a ``cancel_requested`` event, status unchanged;
+  the owning worker forwards the request to the adapter's token, and the adapter's
+  acknowledgement moves the run ``running -> cancelled`` under the lease guard;
+- terminal: ``already_terminal``, nothing rewritten.
+Requests are idempotent by key: the same key returns the original answer.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from taskward.canonical import dumps
+from taskward.errors import TaskNotFound, TaskValidationError
+from taskward.lifecycle import Status, is_terminal
+from taskward.models import Actor, CancelResult, StateReason, TransitionRequest
+from taskward.store.port import StateDB, Tx
+from taskward.transitions import apply_transition, request_hash
+
+_DIRECT = (Status.QUEUED, Status.WAITING_DEPENDENCY, Status.RETRY_WAIT)
+_MAX_ROUNDS = 8
+
+
+def _cancel_key(key: str) -> str:
+    return f"cancel:{key}"
+
+
+async def _replayed(tx: Tx, task_id: str, key: str) -> CancelResult | None:
+    fact = await tx.fetchone("fact_get_by_key", {"entity_id": task_id,
+                                                 "idempotency_key": _cancel_key(key)})
+    if fact is not None:
+        return CancelResult(task_id=task_id, state="cancelled", current_status=fact["status"])
+    event = await tx.fetchone("event_get_cancel_request", {"task_id": task_id, "key": key})
+    if event is not None:
+        row = await tx.fetchone("run_status", {"id": task_id})
+        return CancelResult(task_id=task_id, state="cancellation_requested",
+                            current_status=row["status"] if row else Status.RUNNING)
+    return None
+
+
+async def request_task_cancel(
+    db: StateDB,
+    task_id: str,
+    *,
+    actor: Actor,
+    idempotency_key: str,
+    reason: str = "",
+    now: float | None = None,
+) -> CancelResult:
+    """Cancel ``task_id`` now when no worker owns it, else record a cooperative request.
+
+    Raises:
+        TaskNotFound: no such task.
+        TaskValidationError: empty idempotency key.
+    """
+    if not isinstance(idempotency_key, str) or not idempotency_key.strip():
+        raise TaskValidationError("idempotency_key", idempotency_key, "a non-empty string")
+    for _ in range(_MAX_ROUNDS):
+        async with db.transaction(now=now) as tx:
+            replay = await _replayed(tx, task_id, idempotency_key)
+            if replay is not None:
+                return replay
+            row = await tx.fetchone("run_get", {"id": task_id})
+            if row is None:
+                raise TaskNotFound(task_id)
+            status = row["status"]
+            if is_terminal(status):
+                return CancelResult(task_id=task_id, state="already_terminal",
+                                    current_status=status)
+            if status in _DIRECT:
+                request = TransitionRequest(
+                    entity_id=task_id, from_state=status, to_state=Status.CANCELLED,
+                    reason=StateReason(code="cancelled", summary=reason or "cancel requested"),
+                    actor=actor, idempotency_key=_cancel_key(idempotency_key))
+                result = await apply_transition(
+                    tx, request, guard={}, patch={"ended_at": tx.now, "retry_at": None},
+                    digest=request_hash(request))
+                if result.applied:
+                    return CancelResult(task_id=task_id, state="cancelled",
+                                        current_status=Status.CANCELLED)
+                continue  # the row moved under us; look again
+            # running: record the request; the owner's adapter decides when it stops.
+            changed = await tx.execute(
+                "run_request_cancel",
+                {"id": task_id, "by": actor.label()},
+            )
+            if not changed:
+                continue
+            await tx.execute(
+                "event_insert",
+                {
+                    "id": str(uuid.uuid4()), "task_id": task_id, "kind": "cancel_requested",
+                    "transition_id": None, "status": status,
+                    "payload": dumps({"idempotency_key": idempotency_key,
+                                      "actor": actor.label(), "reason": reason}),
+                },
+            )
+            return CancelResult(task_id=task_id, state="cancellation_requested",
+                                current_status=status)
+    raise TaskNotFound(task_id)  # pragma: no cover - only under pathological churn
+
+
+async def cancel_task(
+    db: StateDB, run_id: str, *, actor: Actor, now: float | None = None
+) -> bool:
+    """ADR-0071 form: True when the task is cancelled or cancellation was requested."""
+    result = await request_task_cancel(
+        db, run_id, actor=actor, idempotency_key=f"cancel_task:{uuid.uuid4()}", now=now)
+    return result.state != "already_terminal"

@@ -1,0 +1,119 @@
+"""The adapter seam (ADR-0072 D4): what an adapter is, and the registry a deployment builds.
+
+Each process builds its registry explicitly (``taskward.adapters.build_registry``); there is no
+module-level registry that an import could change behind a caller's back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from taskward.errors import AdapterNotRegistered, TaskValidationError
+
+# `playbook` is accepted at the boundary and becomes `play` before hashing (R8).
+DEFAULT_ALIASES: Mapping[str, str] = {"playbook": "play"}
+
+
+@dataclass(frozen=True)
+class TaskExecutionResult:
+    """What an adapter reports; the worker turns it into one guarded terminal transition."""
+
+    status: Literal["completed", "failed", "timed_out", "cancelled"]
+    exit_code: int | None = None
+    error_detail: str | None = None
+    invocation_id: str | None = None
+    evidence_refs: list[dict[str, Any]] = field(default_factory=list)
+    # A failure the retry policy may retry (an infrastructure hiccup, a deadline); a plain
+    # non-zero exit is not retryable (ADR-0071 D4).
+    retryable: bool = False
+
+
+class CancellationToken:
+    """A cooperative cancellation request forwarded from the store to a running adapter."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self.reason: str | None = None
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def cancel(self, reason: str = "cancel requested") -> None:
+        """Request cancellation; idempotent (the first reason is kept)."""
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+@runtime_checkable
+class TaskAdapter(Protocol):
+    """Executes one action kind. Adapters never change a task's status themselves."""
+
+    action_kind: str
+
+    def validate_args(self, args: dict[str, Any]) -> None:
+        """Raise TaskValidationError (a ValueError) naming the field when args cannot run."""
+        ...
+
+    async def execute(
+        self, task: dict[str, Any], *, cancellation: CancellationToken
+    ) -> TaskExecutionResult: ...
+
+
+class TaskAdapterRegistry:
+    """Action kind -> adapter, plus input aliases normalised before admission hashes."""
+
+    def __init__(
+        self,
+        adapters: Iterable[TaskAdapter] = (),
+        *,
+        aliases: Mapping[str, str] | None = None,
+    ) -> None:
+        self._adapters: dict[str, TaskAdapter] = {}
+        self._aliases: dict[str, str] = dict(DEFAULT_ALIASES if aliases is None else aliases)
+        for adapter in adapters:
+            self.register(adapter)
+
+    def register(self, adapter: TaskAdapter) -> None:
+        kind = adapter.action_kind
+        if not isinstance(kind, str) or not kind.strip() or kind != kind.strip():
+            raise TaskValidationError("action_kind", kind, "a non-empty string without spaces")
+        if kind in self._aliases:
+            raise TaskValidationError(
+                "action_kind", kind, "a name that is not an alias", message=(
+                    f"action_kind {kind!r} is an alias of {self._aliases[kind]!r}")
+            )
+        if kind in self._adapters and self._adapters[kind] is not adapter:
+            raise TaskValidationError(
+                "action_kind", kind, "a kind not yet registered",
+                message=f"action_kind {kind!r} is already registered")
+        self._adapters[kind] = adapter
+
+    def get(self, action_kind: str) -> TaskAdapter | None:
+        return self._adapters.get(self._aliases.get(action_kind, action_kind))
+
+    def kinds(self) -> list[str]:
+        return sorted(self._adapters)
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        return {a: c for a, c in self._aliases.items() if c in self._adapters}
+
+    def __contains__(self, action_kind: object) -> bool:
+        return isinstance(action_kind, str) and self.get(action_kind) is not None
+
+    def resolve(self, action_kind: object) -> tuple[str, TaskAdapter]:
+        """Canonical kind and adapter, or AdapterNotRegistered listing kinds and aliases."""
+        if isinstance(action_kind, str):
+            canonical = self._aliases.get(action_kind, action_kind)
+            adapter = self._adapters.get(canonical)
+            if adapter is not None:
+                return canonical, adapter
+        raise AdapterNotRegistered(action_kind, self._adapters, self.aliases)

@@ -1,0 +1,116 @@
+"""``open_db(url)``: pick the dialect from the URL. The only module that imports a dialect.
+
+URLs:
+  ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` (default ``sqlite:///taskward.db``)
+      options: ``synchronous=FULL`` (default: an acknowledged admission survives power loss) or
+      ``NORMAL`` (faster; the last transactions before a power cut may roll back, never corrupt),
+      ``migrate=false``.
+  ``postgresql://user@host:port/dbname`` (any libpq URI)
+      options: ``pool_min``, ``pool_max``, ``migrate=false``; the rest go to libpq.
+The URL comes from the caller, else ``TASKWARD_DATABASE_URL``, else the default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from taskward.errors import TaskValidationError
+from taskward.store.port import StateDB
+
+DEFAULT_URL = "sqlite:///taskward.db"
+ENV_VAR = "TASKWARD_DATABASE_URL"
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def resolve_url(url: str | None = None) -> str:
+    return url or os.environ.get(ENV_VAR) or DEFAULT_URL
+
+
+def _flag(options: dict[str, str], name: str, default: bool) -> bool:
+    value = options.pop(name, None)
+    if value is None:
+        return default
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise TaskValidationError(name, value, "true, false")
+
+
+def redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+async def _open(url: str | None) -> StateDB:
+    url = resolve_url(url)
+    parts = urlsplit(url)
+    options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    db: Any
+    if parts.scheme == "sqlite":
+        from taskward.store.sqlite.db import SQLiteDB
+
+        path = url.split("?", 1)[0][len("sqlite://"):]
+        path = path[1:] if path.startswith("/") else path
+        if not path:
+            raise TaskValidationError("url", url, "sqlite:///relative.db or sqlite:////abs.db")
+        migrate = _flag(options, "migrate", True)
+        synchronous = options.pop("synchronous", "FULL")
+        if options:
+            raise TaskValidationError("url", url, "sqlite options synchronous, migrate",
+                                      message=f"unknown sqlite URL options: {', '.join(options)}")
+        try:
+            db = SQLiteDB(path, url=url, synchronous=synchronous)
+        except ValueError as exc:
+            raise TaskValidationError("synchronous", synchronous, "FULL, NORMAL, EXTRA") from exc
+    elif parts.scheme in {"postgresql", "postgres"}:
+        from taskward.store.postgres.db import PostgresDB
+
+        migrate = _flag(options, "migrate", True)
+        pool_min = int(options.pop("pool_min", "1"))
+        pool_max = int(options.pop("pool_max", "10"))
+        conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(options)))
+        db = PostgresDB(conninfo, url=redact(url), pool_min=pool_min, pool_max=pool_max)
+    else:
+        raise TaskValidationError("url", redact(url), "sqlite:///path.db, postgresql://...")
+    await db.connect()
+    try:
+        if migrate:
+            await db.migrate()
+    except BaseException:
+        await db.close()
+        raise
+    store: StateDB = db
+    return store
+
+
+class _Opening:
+    """Awaitable (``db = await open_db(url)``) and async context manager (closes on exit)."""
+
+    def __init__(self, url: str | None) -> None:
+        self._url = url
+        self._db: StateDB | None = None
+
+    def __await__(self) -> Generator[Any, None, StateDB]:
+        return _open(self._url).__await__()
+
+    async def __aenter__(self) -> StateDB:
+        self._db = await _open(self._url)
+        return self._db
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._db is not None:
+            await self._db.close()
+
+
+def open_db(url: str | None = None) -> _Opening:
+    """Open (and by default migrate) the store at ``url``."""
+    return _Opening(url)

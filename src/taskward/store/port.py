@@ -1,0 +1,112 @@
+"""The StateDB port: the only storage surface services import.
+
+A dialect implements it over named queries (``<dialect>/queries.sql``). Services never see a
+driver, never branch on the URL, and get rows as dicts with JSON columns already decoded.
+Driver errors are translated to ``StoreError`` / ``StoreUnavailable`` at this boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Final, Protocol
+
+Row = dict[str, Any]
+Params = Mapping[str, Any]
+
+# Columns stored as JSON; rows come back with them decoded on both dialects.
+JSON_COLUMNS: Final[frozenset[str]] = frozenset(
+    {
+        "trigger_context", "action_args", "required_capabilities", "status_evidence_refs",
+        "evidence_refs", "metadata", "payload", "advertised_capabilities",
+        "execution_targets", "served_kinds",
+    }
+)
+
+# Columns a guarded run update may set or compare (DESIGN.md R3: the patch allowlist includes
+# invocation_id and deadline_at). The store re-checks these before building SQL.
+RUN_PATCH_COLUMNS: Final[frozenset[str]] = frozenset(
+    {
+        "queued_at", "leased_by", "lease_expires_at", "lease_attempts", "ended_at",
+        "exit_code", "error_detail", "retry_at", "cancel_requested_at",
+        "cancel_requested_by", "invocation_id", "deadline_at",
+    }
+)
+RUN_GUARD_COLUMNS: Final[frozenset[str]] = frozenset(
+    {
+        "leased_by", "lease_expires_at", "lease_attempts", "cancel_requested_at",
+        "deadline_at", "retry_at",
+    }
+)
+# Written by transition_task itself on every change, never by a caller's patch.
+RUN_PROJECTION_COLUMNS: Final[frozenset[str]] = frozenset(
+    {"status", "updated_at", "status_reason_code", "status_reason_summary",
+     "status_evidence_refs"}
+)
+
+
+class ConcurrencyKeyBusy(Exception):
+    """A guarded update would run a second row with the same serialization key (R7).
+
+    Raised inside a transaction; the caller lets the transaction roll back and reports a lost
+    compare-and-swap.
+    """
+
+
+class Tx(Protocol):
+    """One open transaction. ``now`` is this operation's time (R9)."""
+
+    now: float
+
+    async def execute(self, name: str, params: Params | None = None) -> int:
+        """Run a named statement; returns the affected row count."""
+        ...
+
+    async def fetchone(self, name: str, params: Params | None = None) -> Row | None: ...
+
+    async def fetchall(self, name: str, params: Params | None = None) -> list[Row]: ...
+
+    async def run_update_if(
+        self,
+        run_id: str,
+        from_state: str,
+        values: Mapping[str, Any],
+        guard: Mapping[str, Any],
+        returning: Sequence[str] = (),
+    ) -> Row | None:
+        """Compare-and-swap one run: set ``values`` where id, status and every guard match.
+
+        A None guard value means IS NULL. Returns the ``returning`` columns of the updated row,
+        or None when nothing matched. Raises ConcurrencyKeyBusy on a serialization-key clash.
+        """
+        ...
+
+
+class StateDB(Protocol):
+    """A taskward store. Open with ``taskward.open_db(url)``."""
+
+    dialect: str
+    url: str
+    supports_listen_notify: bool
+
+    def transaction(self, *, now: float | None = None) -> AbstractAsyncContextManager[Tx]:
+        """Open a write transaction; ``now`` None means the store's clock (R9)."""
+        ...
+
+    async def fetchone(self, name: str, params: Params | None = None) -> Row | None: ...
+
+    async def fetchall(self, name: str, params: Params | None = None) -> list[Row]: ...
+
+    async def now(self) -> float:
+        """The store's clock: PostgreSQL's on PostgreSQL, the local clock on SQLite."""
+        ...
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations under a lock; returns the names applied."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> StateDB: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...

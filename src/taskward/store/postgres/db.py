@@ -1,0 +1,192 @@
+"""PostgreSQL dialect: psycopg 3, async, with a connection pool.
+
+For deployments whose workers span machines. The store's clock is the server's (R9), so workers
+on hosts with skewed clocks agree on when a lease expires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from taskward.errors import StoreError, StoreUnavailable
+from taskward.store.guarded import build_run_update
+from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
+from taskward.store.port import ConcurrencyKeyBusy, Params, Row
+from taskward.store.queries import load_queries, to_pyformat
+
+# pg_advisory_xact_lock key serialising migrations across processes ("taskward" in ASCII).
+MIGRATION_LOCK_KEY = 0x7461736B77617264
+
+_NOW_SQL = "SELECT extract(epoch FROM clock_timestamp())::float8 AS now"
+_RUNNING_KEY_INDEX = "idx_schedule_runs_running_concurrency"
+
+AsyncConn = psycopg.AsyncConnection[dict[str, Any]]
+
+
+@contextmanager
+def _translate() -> Iterator[None]:
+    """Translate driver errors once, at the store boundary."""
+    try:
+        yield
+    except (ConcurrencyKeyBusy, StoreError):
+        raise
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
+    except psycopg.Error as exc:
+        raise StoreError(f"PostgreSQL error: {exc}") from exc
+
+
+class _PgTx:
+    def __init__(self, conn: AsyncConn, now: float) -> None:
+        self._conn = conn
+        self._queries = load_queries("postgres")
+        self.now = now
+
+    def _params(self, params: Params | None) -> dict[str, Any]:
+        merged = dict(params or {})
+        merged.setdefault("now", self.now)
+        return merged
+
+    async def execute(self, name: str, params: Params | None = None) -> int:
+        with _translate():
+            cur = await self._conn.execute(self._queries[name], self._params(params))
+            return cur.rowcount
+
+    async def fetchone(self, name: str, params: Params | None = None) -> Row | None:
+        with _translate():
+            cur = await self._conn.execute(self._queries[name], self._params(params))
+            return await cur.fetchone()
+
+    async def fetchall(self, name: str, params: Params | None = None) -> list[Row]:
+        with _translate():
+            cur = await self._conn.execute(self._queries[name], self._params(params))
+            return await cur.fetchall()
+
+    async def run_update_if(
+        self,
+        run_id: str,
+        from_state: str,
+        values: Mapping[str, Any],
+        guard: Mapping[str, Any],
+        returning: Sequence[str] = (),
+    ) -> Row | None:
+        sql, params = build_run_update(values, guard, returning, json_cast="::jsonb")
+        params.update(g_id=run_id, g_status=from_state)
+        with _translate():
+            try:
+                cur = await self._conn.execute(to_pyformat(sql), params)
+            except pg_errors.UniqueViolation as exc:
+                if exc.diag.constraint_name == _RUNNING_KEY_INDEX:
+                    raise ConcurrencyKeyBusy(str(exc)) from exc
+                raise
+            return await cur.fetchone()
+
+
+class PostgresDB:
+    """A StateDB over a PostgreSQL database."""
+
+    dialect = "postgresql"
+    supports_listen_notify = True
+
+    def __init__(self, conninfo: str, *, url: str, pool_min: int = 1, pool_max: int = 10,
+                 connect_timeout_s: float = 10.0) -> None:
+        self.url = url
+        self.conninfo = conninfo
+        self._pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
+            conninfo,
+            min_size=pool_min,
+            max_size=pool_max,
+            open=False,
+            timeout=connect_timeout_s,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+        )
+        self._closed = False
+
+    async def connect(self) -> None:
+        if self._closed:
+            raise StoreError("this store was closed; open a new one")
+        with _translate():
+            await self._pool.open(wait=True, timeout=self._pool.timeout)
+
+    async def close(self) -> None:
+        """Close the pool; safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            await self._pool.close()
+
+    async def __aenter__(self) -> PostgresDB:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConn]:
+        with _translate():
+            async with self._pool.connection() as conn:
+                yield conn
+
+    async def now(self) -> float:
+        async with self.connection() as conn:
+            with _translate():
+                row = await (await conn.execute(_NOW_SQL)).fetchone()
+        assert row is not None
+        return float(row["now"])
+
+    @asynccontextmanager
+    async def transaction(self, *, now: float | None = None) -> AsyncIterator[_PgTx]:
+        async with self.connection() as conn:
+            with _translate():
+                async with conn.transaction():
+                    if now is None:
+                        row = await (await conn.execute(_NOW_SQL)).fetchone()
+                        assert row is not None
+                        now = float(row["now"])
+                    yield _PgTx(conn, now)
+
+    async def fetchone(self, name: str, params: Params | None = None) -> Row | None:
+        rows = await self.fetchall(name, params)
+        return rows[0] if rows else None
+
+    async def fetchall(self, name: str, params: Params | None = None) -> list[Row]:
+        sql = load_queries("postgres")[name]
+        merged = dict(params or {})
+        async with self.connection() as conn:
+            with _translate():
+                if "%(now)s" in sql and "now" not in merged:
+                    row = await (await conn.execute(_NOW_SQL)).fetchone()
+                    assert row is not None
+                    merged["now"] = float(row["now"])
+                cur = await conn.execute(sql, merged)
+                return await cur.fetchall()
+
+    async def migrate(self) -> list[str]:
+        applied: list[str] = []
+        async with self.connection() as conn:
+            with _translate():
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
+                    await conn.execute(
+                        f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (version INTEGER PRIMARY"
+                        " KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+                    )
+                    cur = await conn.execute(f"SELECT version FROM {MIGRATIONS_TABLE}")
+                    done = {r["version"] for r in await cur.fetchall()}
+                    for migration in load_migrations("postgres"):
+                        if migration.version in done:
+                            continue
+                        await conn.execute(migration.sql.encode("utf-8"))
+                        await conn.execute(
+                            f"INSERT INTO {MIGRATIONS_TABLE} (version, name, applied_at) "
+                            "VALUES (%s, %s, extract(epoch FROM clock_timestamp()))",
+                            (migration.version, migration.name),
+                        )
+                        applied.append(f"{migration.version:04d}_{migration.name}")
+        return applied

@@ -1,0 +1,253 @@
+"""SQLite dialect: the embedded default (one file, WAL, ``synchronous=FULL``).
+
+One connection per StateDB, used on the event-loop thread: statements are in-process and
+short, and a thread hop per statement would cost more than it saves. Write transactions start
+with ``BEGIN IMMEDIATE`` so lock waits happen up front; the connection's busy timeout is zero
+and waiting for another process's lock is an ``asyncio.sleep`` backoff, so the loop keeps
+serving other tasks while it waits.
+
+Known limits: writers on one file share one host (SQLite has no network protocol), so the local
+clock is the store's clock (R9); idle workers in other processes learn of new work by polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from taskward.canonical import loads
+from taskward.errors import StoreError, StoreUnavailable
+from taskward.store.guarded import build_run_update
+from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
+from taskward.store.port import JSON_COLUMNS, ConcurrencyKeyBusy, Params, Row
+from taskward.store.queries import load_queries
+
+T = TypeVar("T")
+
+SYNCHRONOUS_MODES = ("FULL", "NORMAL", "EXTRA")
+
+
+def _row_factory(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
+    out: Row = {}
+    for (name, *_), value in zip(cursor.description, row, strict=True):
+        out[name] = loads(value) if name in JSON_COLUMNS and isinstance(value, str) else value
+    return out
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+class _SQLiteTx:
+    def __init__(self, conn: sqlite3.Connection, now: float) -> None:
+        self._conn = conn
+        self._queries = load_queries("sqlite")
+        self.now = now
+
+    def _params(self, params: Params | None) -> dict[str, Any]:
+        merged = dict(params or {})
+        merged.setdefault("now", self.now)
+        return merged
+
+    async def execute(self, name: str, params: Params | None = None) -> int:
+        return self._conn.execute(self._queries[name], self._params(params)).rowcount
+
+    async def fetchone(self, name: str, params: Params | None = None) -> Row | None:
+        row: Row | None = self._conn.execute(self._queries[name], self._params(params)).fetchone()
+        return row
+
+    async def fetchall(self, name: str, params: Params | None = None) -> list[Row]:
+        return self._conn.execute(self._queries[name], self._params(params)).fetchall()
+
+    async def run_update_if(
+        self,
+        run_id: str,
+        from_state: str,
+        values: Mapping[str, Any],
+        guard: Mapping[str, Any],
+        returning: Sequence[str] = (),
+    ) -> Row | None:
+        sql, params = build_run_update(values, guard, returning)
+        params.update(g_id=run_id, g_status=from_state)
+        try:
+            row: Row | None = self._conn.execute(sql, params).fetchone()
+        except sqlite3.IntegrityError as exc:
+            if "schedule_runs.concurrency_key" in str(exc):
+                raise ConcurrencyKeyBusy(str(exc)) from exc
+            raise
+        return row
+
+
+class SQLiteDB:
+    """A StateDB over one SQLite file."""
+
+    dialect = "sqlite"
+    supports_listen_notify = False
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        url: str,
+        synchronous: str = "FULL",
+        lock_budget_s: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if synchronous.upper() not in SYNCHRONOUS_MODES:
+            raise ValueError(
+                f"synchronous {synchronous!r} is invalid; allowed: {', '.join(SYNCHRONOUS_MODES)}"
+            )
+        self.path = path
+        self.url = url
+        self.synchronous = synchronous.upper()
+        self.lock_budget_s = lock_budget_s
+        self._clock = clock
+        self._conn: sqlite3.Connection | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        if self._closed:
+            raise StoreError("this store was closed; open a new one")
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=0
+            )
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        conn.row_factory = _row_factory
+        self._conn = conn
+        await self._retry_busy(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone())
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA busy_timeout=0")
+
+    async def close(self) -> None:
+        """Close the connection; safe to call twice."""
+        self._closed = True
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            async with self._lock:
+                conn.close()
+
+    async def __aenter__(self) -> SQLiteDB:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError("store is not open")
+        return self._conn
+
+    # -- locking ---------------------------------------------------------------------------
+
+    async def _retry_busy(self, op: Callable[[], T]) -> T:
+        """Run ``op``; while another process holds the lock, back off asynchronously."""
+        deadline = time.monotonic() + self.lock_budget_s
+        delay = 0.0005
+        while True:
+            try:
+                return op()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise StoreError(str(exc)) from exc
+                if time.monotonic() >= deadline:
+                    raise StoreUnavailable(
+                        f"SQLite database {self.path!r} stayed locked for {self.lock_budget_s}s"
+                    ) from exc
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.02)
+
+    # -- port ------------------------------------------------------------------------------
+
+    async def now(self) -> float:
+        return self._clock()
+
+    @asynccontextmanager
+    async def transaction(self, *, now: float | None = None) -> AsyncIterator[_SQLiteTx]:
+        async with self._lock:
+            conn = self._connection()
+            await self._retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"))
+            tx = _SQLiteTx(conn, self._clock() if now is None else now)
+            try:
+                yield tx
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise StoreError(f"commit failed: {exc}") from exc
+
+    async def fetchone(self, name: str, params: Params | None = None) -> Row | None:
+        rows = await self.fetchall(name, params)
+        return rows[0] if rows else None
+
+    async def fetchall(self, name: str, params: Params | None = None) -> list[Row]:
+        sql = load_queries("sqlite")[name]
+        merged = dict(params or {})
+        merged.setdefault("now", self._clock())
+        async with self._lock:
+            conn = self._connection()
+            rows: list[Row] = await self._retry_busy(lambda: conn.execute(sql, merged).fetchall())
+            return rows
+
+    async def migrate(self) -> list[str]:
+        applied: list[str] = []
+        async with self._lock:
+            conn = self._connection()
+            await self._retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"))
+            try:
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} ("
+                    "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+                )
+                done = {r["version"] for r in conn.execute(
+                    f"SELECT version FROM {MIGRATIONS_TABLE}").fetchall()}
+                for migration in load_migrations("sqlite"):
+                    if migration.version in done:
+                        continue
+                    for statement in _split_statements(migration.sql):
+                        conn.execute(statement)
+                    conn.execute(
+                        f"INSERT INTO {MIGRATIONS_TABLE} (version, name, applied_at) "
+                        "VALUES (?, ?, ?)",
+                        (migration.version, migration.name, self._clock()),
+                    )
+                    applied.append(f"{migration.version:04d}_{migration.name}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return applied
+
+
+def _split_statements(script: str) -> list[str]:
+    """Split a migration into statements, keeping trigger bodies whole."""
+    statements: list[str] = []
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        if not buffer and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip():
+        raise ValueError(f"incomplete statement at the end of a migration: {buffer[:80]!r}")
+    return statements

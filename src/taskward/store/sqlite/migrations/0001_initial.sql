@@ -1,0 +1,156 @@
+-- 0001_initial: why — the run table of ADR-0071 D2 with ADR-0072's admission (D2) and
+-- lifecycle (D3/D5) columns, the append-only transition facts (ADR-0071 D3 + transition
+-- idempotency), task lifecycle events, the workers table (ADR-0071 D4) and queue settings
+-- stored in the database so every worker shares the attempt ceiling (R6).
+
+CREATE TABLE queue_settings (
+  name        TEXT PRIMARY KEY,
+  value       TEXT NOT NULL,
+  updated_at  REAL NOT NULL
+);
+INSERT INTO queue_settings (name, value, updated_at) VALUES ('max_attempts', '3', 0);
+
+-- schedule_id has no foreign key: schedules are disabled, never deleted (R11), so the record's
+-- ON DELETE CASCADE could only ever destroy admitted work. invocation_id links to the
+-- executing adapter's invocation record, which lives outside this store.
+-- status defaults to 'queued': no producer writes 'running' directly (ADR-0072 D1).
+CREATE TABLE schedule_runs (
+  id                    TEXT PRIMARY KEY,
+  schedule_id           TEXT,
+  invocation_id         TEXT,
+  trigger_context       TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(trigger_context)),
+  action_kind           TEXT NOT NULL,
+  action_args           TEXT NOT NULL CHECK (json_valid(action_args)),
+  status                TEXT NOT NULL DEFAULT 'queued'
+                        CHECK (status IN ('queued', 'waiting_dependency', 'running',
+                                          'retry_wait', 'completed', 'failed',
+                                          'timed_out', 'skipped', 'cancelled')),
+  exit_code             INTEGER,
+  chain_parent_id       TEXT REFERENCES schedule_runs(id),
+  chain_depth           INTEGER NOT NULL DEFAULT 0,
+  fired_at              REAL NOT NULL,
+  ended_at              REAL,
+  error_detail          TEXT,
+  created_at            REAL NOT NULL,
+  updated_at            REAL,
+  status_reason_code    TEXT,
+  status_reason_summary TEXT,
+  status_evidence_refs  TEXT CHECK (status_evidence_refs IS NULL OR json_valid(status_evidence_refs)),
+  queued_at             REAL,
+  leased_by             TEXT,
+  lease_expires_at      REAL,
+  concurrency_key       TEXT,
+  lease_attempts        INTEGER NOT NULL DEFAULT 0 CHECK (lease_attempts >= 0),
+  required_capabilities TEXT CHECK (required_capabilities IS NULL OR json_valid(required_capabilities)),
+  execution_target      TEXT,
+  library_ref           TEXT,
+  library_content_hash  TEXT,
+  -- ADR-0072 D2: admission identity. New admitted rows always set all three.
+  idempotency_key       TEXT,
+  application_hash      TEXT,
+  admission_source      TEXT,
+  -- ADR-0072 D3/D5 lifecycle patch columns.
+  retry_at              REAL,
+  deadline_at           REAL,
+  cancel_requested_at   REAL,
+  cancel_requested_by   TEXT,
+  CHECK (idempotency_key IS NULL OR (application_hash IS NOT NULL AND admission_source IS NOT NULL))
+);
+
+CREATE INDEX idx_schedule_runs_queue
+  ON schedule_runs(status, queued_at)
+  WHERE status IN ('queued', 'retry_wait');
+
+CREATE INDEX idx_schedule_runs_concurrency
+  ON schedule_runs(concurrency_key, status)
+  WHERE status IN ('queued', 'running', 'retry_wait');
+
+CREATE UNIQUE INDEX idx_schedule_runs_idempotency
+  ON schedule_runs(idempotency_key)
+  WHERE idempotency_key IS NOT NULL;
+
+-- R7: two workers on two machines cannot both run the same serialization key.
+CREATE UNIQUE INDEX idx_schedule_runs_running_concurrency
+  ON schedule_runs(concurrency_key)
+  WHERE status = 'running' AND concurrency_key IS NOT NULL;
+
+-- The claim scan: (queued_at, id) keyset paging over queued rows (ADR-0071 D4).
+CREATE INDEX idx_schedule_runs_claim
+  ON schedule_runs(queued_at, id)
+  WHERE status = 'queued';
+
+CREATE INDEX idx_schedule_runs_lease
+  ON schedule_runs(lease_expires_at)
+  WHERE status = 'running';
+
+CREATE INDEX idx_schedule_runs_retry
+  ON schedule_runs(retry_at)
+  WHERE status = 'retry_wait';
+
+CREATE INDEX idx_schedule_runs_created ON schedule_runs(created_at, id);
+CREATE INDEX idx_schedule_runs_status_created ON schedule_runs(status, created_at, id);
+
+CREATE TABLE status_transitions (
+  id              TEXT PRIMARY KEY,
+  entity_type     TEXT NOT NULL,
+  entity_id       TEXT NOT NULL,
+  previous_status TEXT,
+  status          TEXT NOT NULL,
+  reason_code     TEXT NOT NULL,
+  reason_summary  TEXT,
+  evidence_refs   TEXT CHECK (evidence_refs IS NULL OR json_valid(evidence_refs)),
+  source          TEXT NOT NULL,
+  actor           TEXT,
+  created_at      REAL NOT NULL,
+  metadata        TEXT CHECK (metadata IS NULL OR json_valid(metadata)),
+  -- ADR-0072 D3: transition idempotency, unique per entity; request_hash detects reuse of a
+  -- key with different content; event_id and lease_id complete the replayed result.
+  idempotency_key TEXT,
+  request_hash    TEXT,
+  event_id        TEXT,
+  lease_id        TEXT
+);
+
+CREATE UNIQUE INDEX idx_status_transitions_idempotency
+  ON status_transitions(entity_id, idempotency_key)
+  WHERE idempotency_key IS NOT NULL;
+
+CREATE INDEX idx_status_transitions_entity ON status_transitions(entity_id);
+
+-- Facts are append-only: history is never rewritten (ADR-0072 D3).
+CREATE TRIGGER status_transitions_no_update BEFORE UPDATE ON status_transitions
+BEGIN
+  SELECT RAISE(ABORT, 'status_transitions is append-only');
+END;
+
+CREATE TRIGGER status_transitions_no_delete BEFORE DELETE ON status_transitions
+BEGIN
+  SELECT RAISE(ABORT, 'status_transitions is append-only');
+END;
+
+-- One lifecycle event per transition (kind 'transition') plus cancellation requests.
+CREATE TABLE task_events (
+  id            TEXT PRIMARY KEY,
+  task_id       TEXT NOT NULL,
+  kind          TEXT NOT NULL CHECK (kind IN ('transition', 'cancel_requested')),
+  transition_id TEXT,
+  status        TEXT NOT NULL,
+  payload       TEXT NOT NULL CHECK (json_valid(payload)),
+  created_at    REAL NOT NULL
+);
+
+CREATE INDEX idx_task_events_task ON task_events(task_id);
+CREATE INDEX idx_task_events_created ON task_events(created_at);
+
+CREATE TABLE workers (
+  worker_id               TEXT PRIMARY KEY,
+  advertised_capabilities TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(advertised_capabilities)),
+  execution_targets       TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(execution_targets)),
+  last_heartbeat_at       REAL NOT NULL,
+  leased_run_id           TEXT REFERENCES schedule_runs(id),
+  served_kinds            TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(served_kinds)),
+  hostname                TEXT,
+  pid                     INTEGER,
+  concurrency             INTEGER,
+  started_at              REAL
+);

@@ -1,0 +1,92 @@
+"""Shared fixtures: a real store on both backends, one body per test (STYLE.md section 8).
+
+``db`` is parametrised over a fresh SQLite file and a fresh PostgreSQL schema. PostgreSQL lives at
+``TASKWARD_TEST_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``); when it is
+unreachable the postgres cases fail under ``CI=true`` and skip (with the reason) elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+import pytest
+
+import taskward
+from taskward.store.port import StateDB
+
+PG_URL = os.environ.get("TASKWARD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+BACKENDS = ["sqlite", "postgres"]
+
+
+def _pg_available() -> str | None:
+    try:
+        with psycopg.connect(PG_URL, connect_timeout=3):
+            return None
+    except psycopg.Error as exc:
+        return f"PostgreSQL at {PG_URL} unreachable: {exc}"
+
+
+_PG_PROBLEM = _pg_available()
+
+
+def pg_schema_url(schema: str) -> str:
+    sep = "&" if "?" in PG_URL else "?"
+    return f"{PG_URL}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+class StoreFactory:
+    """Creates URLs of fresh, isolated stores on one backend; drops them at the end."""
+
+    def __init__(self, backend: str, tmp_path: Path) -> None:
+        self.backend = backend
+        self.tmp_path = tmp_path
+        self.schemas: list[str] = []
+
+    def new_url(self) -> str:
+        if self.backend == "sqlite":
+            return f"sqlite:///{self.tmp_path / f'tw-{uuid.uuid4().hex[:8]}.db'}"
+        schema = f"tw_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+        self.schemas.append(schema)
+        return pg_schema_url(schema)
+
+    def cleanup(self) -> None:
+        if not self.schemas:
+            return
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            for schema in self.schemas:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    if name == "postgres" and _PG_PROBLEM:
+        if os.environ.get("CI") == "true":
+            pytest.fail(_PG_PROBLEM)
+        pytest.skip(_PG_PROBLEM)
+    return name
+
+
+@pytest.fixture
+def stores(backend: str, tmp_path: Path) -> Iterator[StoreFactory]:
+    factory = StoreFactory(backend, tmp_path)
+    yield factory
+    factory.cleanup()
+
+
+@pytest.fixture
+def db_url(stores: StoreFactory) -> str:
+    return stores.new_url()
+
+
+@pytest.fixture
+async def db(db_url: str) -> AsyncIterator[StateDB]:
+    async with taskward.open_db(db_url) as store:
+        yield store
