@@ -6,7 +6,8 @@ URLs:
       ``NORMAL`` (faster; the last transactions before a power cut may roll back, never corrupt),
       ``migrate=false``.
   ``postgresql://user@host:port/dbname`` (any libpq URI)
-      options: ``pool_min``, ``pool_max``, ``migrate=false``; the rest go to libpq.
+      options: ``pool_min``, ``pool_max``, ``open_timeout_s`` (default 10), ``migrate=false``;
+      the rest go to libpq.
 The URL comes from the caller, else ``TASKWARD_DATABASE_URL``, else the default.
 """
 
@@ -77,8 +78,10 @@ async def _open(url: str | None) -> StateDB:
         migrate = _flag(options, "migrate", True)
         pool_min = int(options.pop("pool_min", "1"))
         pool_max = int(options.pop("pool_max", "10"))
+        open_timeout_s = float(options.pop("open_timeout_s", "10"))
         conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(options)))
-        db = PostgresDB(conninfo, url=redact(url), pool_min=pool_min, pool_max=pool_max)
+        db = PostgresDB(conninfo, url=redact(url), pool_min=pool_min, pool_max=pool_max,
+                        connect_timeout_s=open_timeout_s)
     else:
         raise TaskValidationError("url", redact(url), "sqlite:///path.db, postgresql://...")
     await db.connect()
