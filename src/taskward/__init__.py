@@ -42,6 +42,7 @@ from taskward.registry import (
 )
 from taskward.store import StateDB, open_db
 from taskward.transitions import transition_task
+from taskward.worker import claim_and_execute, reap_expired_leases, register_heartbeat, worker_tick
 
 __all__ = [
     "CAPABILITY_CLASSES",
@@ -72,15 +73,19 @@ __all__ = [
     "affinity_score",
     "build_registry",
     "cancel_task",
+    "claim_and_execute",
     "get_task",
     "host_scoped_concurrency_key",
     "list_task_events",
     "list_tasks",
     "list_transitions",
     "open_db",
+    "reap_expired_leases",
+    "register_heartbeat",
     "request_task_cancel",
     "submit_task",
     "task",
     "transition_task",
     "worker_can_serve",
+    "worker_tick",
 ]

@@ -64,11 +64,12 @@ def _capabilities(value: object) -> list[str]:
     for token in value:
         if not isinstance(token, str) or not token.strip() or token != token.strip():
             raise TaskValidationError(
-                "required_capabilities", token,
-                "non-empty strings without surrounding whitespace")
+                "required_capabilities", token, "non-empty strings without surrounding whitespace"
+            )
     if len(value) > MAX_CAPABILITIES:
-        raise TaskValidationError("required_capabilities", f"{len(value)} tokens",
-                                  f"at most {MAX_CAPABILITIES}")
+        raise TaskValidationError(
+            "required_capabilities", f"{len(value)} tokens", f"at most {MAX_CAPABILITIES}"
+        )
     return normalize_capabilities(value)
 
 
@@ -83,24 +84,33 @@ def validate_application(
         raise TaskValidationError("idempotency_key", key, "a non-empty string (ADR-0072 D1)")
     key = key.strip()
     if len(key) > MAX_KEY_LENGTH:
-        raise TaskValidationError("idempotency_key", f"{len(key)} characters",
-                                  f"at most {MAX_KEY_LENGTH} characters")
+        raise TaskValidationError(
+            "idempotency_key", f"{len(key)} characters", f"at most {MAX_KEY_LENGTH} characters"
+        )
     kind, adapter = registry.resolve(app.action_kind)
     if app.execution_target not in EXECUTION_TARGETS:
-        raise TaskValidationError("execution_target", app.execution_target,
-                                  sorted(EXECUTION_TARGETS))
+        raise TaskValidationError(
+            "execution_target", app.execution_target, sorted(EXECUTION_TARGETS)
+        )
     if not isinstance(app.args, Mapping) or not all(isinstance(k, str) for k in app.args):
-        raise TaskValidationError("args", type(app.args).__name__,
-                                  "a JSON object (a dict with string keys)")
+        raise TaskValidationError(
+            "args", type(app.args).__name__, "a JSON object (a dict with string keys)"
+        )
     try:
         args_json = canonical_json(app.args)
     except (TypeError, ValueError) as exc:
-        raise TaskValidationError("args", "not JSON-serializable",
-                                  "JSON values only (no NaN, bytes or objects)",
-                                  message=f"args must be JSON-serializable: {exc}") from exc
+        raise TaskValidationError(
+            "args",
+            "not JSON-serializable",
+            "JSON values only (no NaN, bytes or objects)",
+            message=f"args must be JSON-serializable: {exc}",
+        ) from exc
     if len(args_json.encode("utf-8")) > MAX_ARGS_BYTES:
-        raise TaskValidationError("args", f"{len(args_json.encode('utf-8'))} bytes",
-                                  f"at most {MAX_ARGS_BYTES} bytes of JSON")
+        raise TaskValidationError(
+            "args",
+            f"{len(args_json.encode('utf-8'))} bytes",
+            f"at most {MAX_ARGS_BYTES} bytes of JSON",
+        )
     args = dict(app.args)
     capabilities = _capabilities(app.required_capabilities)
     library_ref = _optional_text("library_ref", app.library_ref)
@@ -110,8 +120,12 @@ def validate_application(
     except TaskValidationError:
         raise
     except ValueError as exc:
-        raise TaskValidationError("args", "rejected by the adapter", f"what {kind} accepts",
-                                  message=f"args rejected by the {kind} adapter: {exc}") from exc
+        raise TaskValidationError(
+            "args",
+            "rejected by the adapter",
+            f"what {kind} accepts",
+            message=f"args rejected by the {kind} adapter: {exc}",
+        ) from exc
     validate_provenance = getattr(adapter, "validate_provenance", None)
     if validate_provenance is not None:
         validate_provenance(library_ref, library_hash)
@@ -178,6 +192,7 @@ async def submit_task(
             },
         )
         if row is not None:
+            tx.notify("queued")
             task_id: str = row["id"]
             return task_id
         existing = await tx.fetchone(

@@ -28,15 +28,19 @@ def _cancel_key(key: str) -> str:
 
 
 async def _replayed(tx: Tx, task_id: str, key: str) -> CancelResult | None:
-    fact = await tx.fetchone("fact_get_by_key", {"entity_id": task_id,
-                                                 "idempotency_key": _cancel_key(key)})
+    fact = await tx.fetchone(
+        "fact_get_by_key", {"entity_id": task_id, "idempotency_key": _cancel_key(key)}
+    )
     if fact is not None:
         return CancelResult(task_id=task_id, state="cancelled", current_status=fact["status"])
     event = await tx.fetchone("event_get_cancel_request", {"task_id": task_id, "key": key})
     if event is not None:
         row = await tx.fetchone("run_status", {"id": task_id})
-        return CancelResult(task_id=task_id, state="cancellation_requested",
-                            current_status=row["status"] if row else Status.RUNNING)
+        return CancelResult(
+            task_id=task_id,
+            state="cancellation_requested",
+            current_status=row["status"] if row else Status.RUNNING,
+        )
     return None
 
 
@@ -67,19 +71,29 @@ async def request_task_cancel(
                 raise TaskNotFound(task_id)
             status = row["status"]
             if is_terminal(status):
-                return CancelResult(task_id=task_id, state="already_terminal",
-                                    current_status=status)
+                return CancelResult(
+                    task_id=task_id, state="already_terminal", current_status=status
+                )
             if status in _DIRECT:
                 request = TransitionRequest(
-                    entity_id=task_id, from_state=status, to_state=Status.CANCELLED,
+                    entity_id=task_id,
+                    from_state=status,
+                    to_state=Status.CANCELLED,
                     reason=StateReason(code="cancelled", summary=reason or "cancel requested"),
-                    actor=actor, idempotency_key=_cancel_key(idempotency_key))
+                    actor=actor,
+                    idempotency_key=_cancel_key(idempotency_key),
+                )
                 result = await apply_transition(
-                    tx, request, guard={}, patch={"ended_at": tx.now, "retry_at": None},
-                    digest=request_hash(request))
+                    tx,
+                    request,
+                    guard={},
+                    patch={"ended_at": tx.now, "retry_at": None},
+                    digest=request_hash(request),
+                )
                 if result.applied:
-                    return CancelResult(task_id=task_id, state="cancelled",
-                                        current_status=Status.CANCELLED)
+                    return CancelResult(
+                        task_id=task_id, state="cancelled", current_status=Status.CANCELLED
+                    )
                 continue  # the row moved under us; look again
             # running: record the request; the owner's adapter decides when it stops.
             changed = await tx.execute(
@@ -88,24 +102,33 @@ async def request_task_cancel(
             )
             if not changed:
                 continue
+            tx.notify("cancel")
             await tx.execute(
                 "event_insert",
                 {
-                    "id": str(uuid.uuid4()), "task_id": task_id, "kind": "cancel_requested",
-                    "transition_id": None, "status": status,
-                    "payload": dumps({"idempotency_key": idempotency_key,
-                                      "actor": actor.label(), "reason": reason}),
+                    "id": str(uuid.uuid4()),
+                    "task_id": task_id,
+                    "kind": "cancel_requested",
+                    "transition_id": None,
+                    "status": status,
+                    "payload": dumps(
+                        {
+                            "idempotency_key": idempotency_key,
+                            "actor": actor.label(),
+                            "reason": reason,
+                        }
+                    ),
                 },
             )
-            return CancelResult(task_id=task_id, state="cancellation_requested",
-                                current_status=status)
+            return CancelResult(
+                task_id=task_id, state="cancellation_requested", current_status=status
+            )
     raise TaskNotFound(task_id)  # pragma: no cover - only under pathological churn
 
 
-async def cancel_task(
-    db: StateDB, run_id: str, *, actor: Actor, now: float | None = None
-) -> bool:
+async def cancel_task(db: StateDB, run_id: str, *, actor: Actor, now: float | None = None) -> bool:
     """ADR-0071 form: True when the task is cancelled or cancellation was requested."""
     result = await request_task_cancel(
-        db, run_id, actor=actor, idempotency_key=f"cancel_task:{uuid.uuid4()}", now=now)
+        db, run_id, actor=actor, idempotency_key=f"cancel_task:{uuid.uuid4()}", now=now
+    )
     return result.state != "already_terminal"

@@ -12,8 +12,9 @@ from typing import Any
 
 def canonical_json(value: Any) -> str:
     """Serialise ``value`` canonically; raises ValueError/TypeError for non-JSON input."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def content_hash(value: Any) -> str:

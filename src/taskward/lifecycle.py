@@ -49,25 +49,25 @@ ENTITY_TYPES: Final[frozenset[str]] = frozenset({"schedule_run"})
 # The closed list of reason codes a transition may carry (R3). A new code is a reviewed change.
 REASON_CODES: Final[frozenset[str]] = frozenset(
     {
-        "claimed",              # queued -> running: a worker took the lease
-        "completed",            # running -> completed: adapter reported success
-        "execution_failed",     # running -> failed: adapter failed, not retryable
-        "adapter_missing",      # the kind's adapter is not registered on the claiming worker
-        "invalid_task",         # the task's own data cannot run (bad cwd, lease < deadline)
-        "retryable_failure",    # running -> retry_wait: a failure the policy retries
-        "deadline_exceeded",    # the owner's watchdog or the deadline reaper fired
-        "attempt_ceiling",      # a retryable failure at the configured attempt ceiling
-        "lease_expired",        # reaper: running -> retry_wait after lease expiry
-        "attempts_exhausted",   # reaper: running -> failed, expiry at the ceiling
-        "retry_ready",          # retry_wait -> queued: retry_at is due
-        "host_shutdown",        # running -> retry_wait: the host stopped before the task ended
-        "summary_failed",       # the durable summary could not be written before complete
-        "cancelled",            # queued/waiting/retry_wait -> cancelled on request
+        "claimed",  # queued -> running: a worker took the lease
+        "completed",  # running -> completed: adapter reported success
+        "execution_failed",  # running -> failed: adapter failed, not retryable
+        "adapter_missing",  # the kind's adapter is not registered on the claiming worker
+        "invalid_task",  # the task's own data cannot run (bad cwd, lease < deadline)
+        "retryable_failure",  # running -> retry_wait: a failure the policy retries
+        "deadline_exceeded",  # the owner's watchdog or the deadline reaper fired
+        "attempt_ceiling",  # a retryable failure at the configured attempt ceiling
+        "lease_expired",  # reaper: running -> retry_wait after lease expiry
+        "attempts_exhausted",  # reaper: running -> failed, expiry at the ceiling
+        "retry_ready",  # retry_wait -> queued: retry_at is due
+        "host_shutdown",  # running -> retry_wait: the host stopped before the task ended
+        "summary_failed",  # the durable summary could not be written before complete
+        "cancelled",  # queued/waiting/retry_wait -> cancelled on request
         "cancel_acknowledged",  # running -> cancelled: adapter acknowledged the request
-        "dependency_wait",      # queued -> waiting_dependency (reserved)
-        "dependency_ready",     # waiting_dependency -> queued (reserved)
-        "skipped",              # -> skipped
-        "operator",             # an audited operator action
+        "dependency_wait",  # queued -> waiting_dependency (reserved)
+        "dependency_ready",  # waiting_dependency -> queued (reserved)
+        "skipped",  # -> skipped
+        "operator",  # an audited operator action
     }
 )
 

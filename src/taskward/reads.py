@@ -63,8 +63,12 @@ async def list_tasks(
         raise TaskValidationError("limit", limit, f"1..{MAX_LIST_LIMIT}")
     cursor_at, cursor_id = _decode_cursor(cursor) if cursor else (None, None)
     params: dict[str, Any] = {
-        "status": status, "action_kind": action_kind, "execution_target": execution_target,
-        "cursor_created_at": cursor_at, "cursor_id": cursor_id, "limit": limit + 1,
+        "status": status,
+        "action_kind": action_kind,
+        "execution_target": execution_target,
+        "cursor_created_at": cursor_at,
+        "cursor_id": cursor_id,
+        "limit": limit + 1,
     }
     rows = await db.fetchall("run_list", params)
     next_cursor = _encode_cursor(rows[limit - 1]) if len(rows) > limit else None

@@ -87,13 +87,18 @@ class TaskAdapterRegistry:
             raise TaskValidationError("action_kind", kind, "a non-empty string without spaces")
         if kind in self._aliases:
             raise TaskValidationError(
-                "action_kind", kind, "a name that is not an alias", message=(
-                    f"action_kind {kind!r} is an alias of {self._aliases[kind]!r}")
+                "action_kind",
+                kind,
+                "a name that is not an alias",
+                message=(f"action_kind {kind!r} is an alias of {self._aliases[kind]!r}"),
             )
         if kind in self._adapters and self._adapters[kind] is not adapter:
             raise TaskValidationError(
-                "action_kind", kind, "a kind not yet registered",
-                message=f"action_kind {kind!r} is already registered")
+                "action_kind",
+                kind,
+                "a kind not yet registered",
+                message=f"action_kind {kind!r} is already registered",
+            )
         self._adapters[kind] = adapter
 
     def get(self, action_kind: str) -> TaskAdapter | None:

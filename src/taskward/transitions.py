@@ -100,7 +100,10 @@ async def apply_transition(
     }
     try:
         updated = await tx.run_update_if(
-            request.entity_id, request.from_state, values, guard,
+            request.entity_id,
+            request.from_state,
+            values,
+            guard,
             returning=("leased_by", "lease_attempts"),
         )
     except ConcurrencyKeyBusy as exc:
@@ -134,7 +137,11 @@ async def apply_transition(
             "idempotency_key": request.idempotency_key,
             "request_hash": digest,
             "event_id": event_id,
-            "lease_id": lease_id(updated["leased_by"], updated["lease_attempts"]),
+            # The lease under which this write happened: the guarded one when the caller
+            # presented a lease (terminal writes, reaper moves), else the row's new lease.
+            "lease_id": lease_id(guard["leased_by"], guard["lease_attempts"])
+            if guard.get("leased_by") is not None and "lease_attempts" in guard
+            else lease_id(updated["leased_by"], updated["lease_attempts"]),
         },
     )
     await tx.execute(
@@ -155,6 +162,8 @@ async def apply_transition(
             ),
         },
     )
+    if request.to_state == "queued":
+        tx.notify("queued")  # wake idle workers: claimable work appeared
     return TransitionResult(
         applied=True,
         previous_state=request.from_state,

@@ -26,8 +26,11 @@ async def main(url: str, start_file: str, key: str, variant: str, count: int) ->
             await asyncio.sleep(0.001)
         for i in range(count):
             app = taskward.TaskApplication(
-                action_kind="command", args={"argv": ["echo", variant]},
-                execution_target="host", idempotency_key=f"{key}-{i}")
+                action_kind="command",
+                args={"argv": ["echo", variant]},
+                execution_target="host",
+                idempotency_key=f"{key}-{i}",
+            )
             try:
                 outcomes.append({"id": await taskward.submit_task(db, app, registry=registry)})
             except taskward.TaskIdempotencyConflict as exc:

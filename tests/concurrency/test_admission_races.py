@@ -12,7 +12,6 @@ import pytest
 
 import taskward
 from taskward.store.port import StateDB
-
 from tests.integration.helpers import request, submit
 
 PROCESSES = 4
@@ -24,9 +23,21 @@ def race(url: str, tmp_path: Path, variants: list[str]) -> list[list[dict[str, s
     start = tmp_path / "go"
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.concurrency.admit_child", url, str(start), "race",
-             variant, str(KEYS)],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "tests.concurrency.admit_child",
+                url,
+                str(start),
+                "race",
+                variant,
+                str(KEYS),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for variant in variants
     ]
     start.touch()
@@ -79,11 +90,17 @@ async def test_two_writers_racing_one_transition_have_exactly_one_winner(
     try:
         for task_id in task_ids:
             a = taskward.transition_task(
-                db, request(task_id, "queued", "running", code="claimed"),
-                guard={"leased_by": None}, patch={"leased_by": "a", "lease_attempts": 1})
+                db,
+                request(task_id, "queued", "running", code="claimed"),
+                guard={"leased_by": None},
+                patch={"leased_by": "a", "lease_attempts": 1},
+            )
             b = taskward.transition_task(
-                other, request(task_id, "queued", "running", code="claimed"),
-                guard={"leased_by": None}, patch={"leased_by": "b", "lease_attempts": 1})
+                other,
+                request(task_id, "queued", "running", code="claimed"),
+                guard={"leased_by": None},
+                patch={"leased_by": "b", "lease_attempts": 1},
+            )
             results = await asyncio.gather(a, b)
             assert sorted(r.applied for r in results) == [False, True]
             loser = next(r for r in results if not r.applied)
@@ -98,12 +115,15 @@ async def test_cancel_racing_a_terminal_write_has_one_outcome(db: StateDB, db_ur
     try:
         for _ in range(10):
             task_id = await submit(db)
-            await taskward.transition_task(db, request(task_id, "queued", "running",
-                                                       code="claimed"))
+            await taskward.transition_task(
+                db, request(task_id, "queued", "running", code="claimed")
+            )
             complete = taskward.transition_task(
-                db, request(task_id, "running", "completed", code="completed"))
+                db, request(task_id, "running", "completed", code="completed")
+            )
             cancel = taskward.transition_task(
-                other, request(task_id, "running", "cancelled", code="cancel_acknowledged"))
+                other, request(task_id, "running", "cancelled", code="cancel_acknowledged")
+            )
             results = await asyncio.gather(complete, cancel)
             assert sorted(r.applied for r in results) == [False, True]
             facts = await taskward.list_transitions(db, task_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from typing import Any
 
@@ -16,24 +17,36 @@ SYSTEM = Actor(type="system", id="test")
 
 async def submit(db: StateDB, *, now: float | None = None, **changes: Any) -> str:
     fields: dict[str, Any] = {
-        "action_kind": "command", "args": {"argv": ["true"]}, "execution_target": "host",
+        "action_kind": "command",
+        "args": {"argv": ["true"]},
+        "execution_target": "host",
         "idempotency_key": f"k-{uuid.uuid4()}",
     }
     fields.update(changes)
     return await taskward.submit_task(db, TaskApplication(**fields), registry=REGISTRY, now=now)
 
 
-def request(task_id: str, src: str, dst: str, *, code: str = "operator",
-            key: str | None = None, summary: str = "") -> TransitionRequest:
+def request(
+    task_id: str,
+    src: str,
+    dst: str,
+    *,
+    code: str = "operator",
+    key: str | None = None,
+    summary: str = "",
+) -> TransitionRequest:
     return TransitionRequest(
-        entity_id=task_id, from_state=src, to_state=dst,
-        reason=StateReason(code=code, summary=summary), actor=SYSTEM,
+        entity_id=task_id,
+        from_state=src,
+        to_state=dst,
+        reason=StateReason(code=code, summary=summary),
+        actor=SYSTEM,
         idempotency_key=key or f"t-{uuid.uuid4()}",
     )
 
 
 async def move(db: StateDB, task_id: str, *path: str, now: float | None = None) -> None:
     """Walk ``task_id`` along ``path`` (each step must apply)."""
-    for src, dst in zip(path, path[1:], strict=False):
+    for src, dst in itertools.pairwise(path):
         result = await taskward.transition_task(db, request(task_id, src, dst), now=now)
         assert result.applied, (src, dst, result)

@@ -18,7 +18,9 @@ REGISTRY = build_registry(AdapterConfig(command_allowlist=frozenset({"true", "ec
 
 def app(**changes: object) -> TaskApplication:
     base = TaskApplication(
-        action_kind="command", args={"argv": ["true"]}, execution_target="host",
+        action_kind="command",
+        args={"argv": ["true"]},
+        execution_target="host",
         idempotency_key="key-1",
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
@@ -30,8 +32,9 @@ async def count_runs(db: StateDB) -> int:
 
 
 async def test_new_row_starts_exactly_as_adr_0071_d2_says(db: StateDB) -> None:
-    task_id = await submit_task(db, app(required_capabilities=["b", "a", "b"]),
-                                registry=REGISTRY, now=1000.0)
+    task_id = await submit_task(
+        db, app(required_capabilities=["b", "a", "b"]), registry=REGISTRY, now=1000.0
+    )
     row = await taskward.get_task(db, task_id)
     assert row["status"] == "queued"
     assert row["schedule_id"] is None and row["invocation_id"] is None
@@ -77,7 +80,8 @@ async def test_same_key_different_application_is_a_conflict_writing_nothing(db: 
 async def test_key_stays_bound_after_the_task_is_terminal(db: StateDB) -> None:
     first = await submit_task(db, app(), registry=REGISTRY)
     await taskward.request_task_cancel(
-        db, first, actor=taskward.Actor(type="operator", id="t"), idempotency_key="c")
+        db, first, actor=taskward.Actor(type="operator", id="t"), idempotency_key="c"
+    )
     assert (await taskward.get_task(db, first))["status"] == "cancelled"
     assert await submit_task(db, app(), registry=REGISTRY) == first
     with pytest.raises(TaskIdempotencyConflict):
@@ -90,8 +94,12 @@ async def test_playbook_is_stored_as_play_without_mutating_the_caller(db: StateD
     assert application.action_kind == "playbook"
     assert (await taskward.get_task(db, task_id))["action_kind"] == "play"
     # the alias and the canonical name are the same application
-    assert await submit_task(db, app(action_kind="play", args={}, idempotency_key="pb"),
-                             registry=REGISTRY) == task_id
+    assert (
+        await submit_task(
+            db, app(action_kind="play", args={}, idempotency_key="pb"), registry=REGISTRY
+        )
+        == task_id
+    )
 
 
 @pytest.mark.parametrize(
@@ -151,8 +159,9 @@ async def test_args_over_the_size_bound_are_rejected(db: StateDB) -> None:
 async def test_serialization_capability_derives_a_host_scoped_concurrency_key(
     db: StateDB,
 ) -> None:
-    task_id = await submit_task(db, app(required_capabilities=["gpu-exclusive", "linux"]),
-                                registry=REGISTRY)
+    task_id = await submit_task(
+        db, app(required_capabilities=["gpu-exclusive", "linux"]), registry=REGISTRY
+    )
     row = await taskward.get_task(db, task_id)
     assert row["concurrency_key"].endswith(":gpu-exclusive")
 

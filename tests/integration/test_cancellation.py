@@ -14,26 +14,30 @@ from .helpers import move, submit
 OPERATOR = Actor(type="operator", id="alice")
 
 
-@pytest.mark.parametrize("path", [["queued"], ["queued", "waiting_dependency"],
-                                  ["queued", "running", "retry_wait"]])
+@pytest.mark.parametrize(
+    "path", [["queued"], ["queued", "waiting_dependency"], ["queued", "running", "retry_wait"]]
+)
 async def test_unowned_tasks_are_cancelled_at_once(db: StateDB, path: list[str]) -> None:
     task_id = await submit(db)
     await move(db, task_id, *path)
-    result = await request_task_cancel(db, task_id, actor=OPERATOR, idempotency_key="c1",
-                                       now=50.0)
+    result = await request_task_cancel(db, task_id, actor=OPERATOR, idempotency_key="c1", now=50.0)
     assert (result.state, result.current_status) == ("cancelled", "cancelled")
     row = await taskward.get_task(db, task_id)
     assert row["status"] == "cancelled" and row["ended_at"] == 50.0 and row["retry_at"] is None
     fact = (await taskward.list_transitions(db, task_id))[-1]
     assert (fact["previous_status"], fact["status"], fact["actor"]) == (
-        path[-1], "cancelled", "operator:alice")
+        path[-1],
+        "cancelled",
+        "operator:alice",
+    )
 
 
 async def test_running_task_gets_a_recorded_request_and_an_event(db: StateDB) -> None:
     task_id = await submit(db)
     await move(db, task_id, "queued", "running")
-    result = await request_task_cancel(db, task_id, actor=OPERATOR, idempotency_key="c1",
-                                       reason="user asked", now=60.0)
+    result = await request_task_cancel(
+        db, task_id, actor=OPERATOR, idempotency_key="c1", reason="user asked", now=60.0
+    )
     assert (result.state, result.current_status) == ("cancellation_requested", "running")
     row = await taskward.get_task(db, task_id)
     assert row["status"] == "running"

@@ -57,8 +57,14 @@ async def test_list_rejects_bad_filters(db: StateDB) -> None:
 async def test_history_is_in_insertion_order(db: StateDB) -> None:
     task_id = await submit(db)
     # identical timestamps: order must still be insertion order
-    await move(db, task_id, "queued", "running", "retry_wait", "queued", "running", "completed",
-               now=10.0)
+    await move(
+        db, task_id, "queued", "running", "retry_wait", "queued", "running", "completed", now=10.0
+    )
     facts = await taskward.list_transitions(db, task_id)
-    assert [f["status"] for f in facts] == ["running", "retry_wait", "queued", "running",
-                                            "completed"]
+    assert [f["status"] for f in facts] == [
+        "running",
+        "retry_wait",
+        "queued",
+        "running",
+        "completed",
+    ]

@@ -75,11 +75,13 @@ async def test_static_checks_raise_even_for_a_missing_task(db: StateDB) -> None:
         await transition_task(db, request("missing", "queued", "running"), guard={"status": "x"})
     assert info.value.field == "guard"
     with pytest.raises(InvalidTransition) as info:
-        await transition_task(db, request("missing", "queued", "running"),
-                              patch={"action_args": "{}"})
+        await transition_task(
+            db, request("missing", "queued", "running"), patch={"action_args": "{}"}
+        )
     assert info.value.field == "patch"
     bad_entity = request("missing", "queued", "running").model_copy(
-        update={"entity_type": "dispatch"})
+        update={"entity_type": "dispatch"}
+    )
     with pytest.raises(InvalidTransition) as info:
         await transition_task(db, bad_entity)
     assert info.value.field == "entity_type"
@@ -106,14 +108,20 @@ async def test_guard_mismatch_is_a_conflict_and_none_means_is_null(db: StateDB) 
     claim = request(task_id, "queued", "running", code="claimed")
     lost = await transition_task(db, claim, guard={"leased_by": "someone"})
     assert lost.conflict and lost.current_state == "queued"
-    won = await transition_task(db, claim, guard={"leased_by": None, "lease_attempts": 0},
-                                patch={"leased_by": "w1", "lease_attempts": 1,
-                                       "lease_expires_at": 99.0})
+    won = await transition_task(
+        db,
+        claim,
+        guard={"leased_by": None, "lease_attempts": 0},
+        patch={"leased_by": "w1", "lease_attempts": 1, "lease_expires_at": 99.0},
+    )
     assert won.applied
     row = await taskward.get_task(db, task_id)
     assert (row["leased_by"], row["lease_attempts"], row["lease_expires_at"]) == ("w1", 1, 99.0)
-    stale = await transition_task(db, request(task_id, "running", "completed", code="completed"),
-                                  guard={"leased_by": "w0", "lease_expires_at": 99.0})
+    stale = await transition_task(
+        db,
+        request(task_id, "running", "completed", code="completed"),
+        guard={"leased_by": "w0", "lease_expires_at": 99.0},
+    )
     assert stale.conflict and stale.current_state == "running"
     facts = await taskward.list_transitions(db, task_id)
     assert len(facts) == 1 and facts[0]["lease_id"] == "w1/1"
@@ -144,8 +152,9 @@ async def test_reusing_a_key_with_different_content_raises(db: StateDB) -> None:
     task_id = await submit(db)
     await transition_task(db, request(task_id, "queued", "running", code="claimed", key="k"))
     with pytest.raises(TransitionIdempotencyConflict) as info:
-        await transition_task(db, request(task_id, "queued", "cancelled", code="cancelled",
-                                          key="k"))
+        await transition_task(
+            db, request(task_id, "queued", "cancelled", code="cancelled", key="k")
+        )
     assert info.value.key == "k"
 
 
@@ -159,20 +168,32 @@ async def test_patch_writes_lifecycle_columns(db: StateDB) -> None:
     task_id = await submit(db)
     await move(db, task_id, "queued", "running")
     result = await transition_task(
-        db, request(task_id, "running", "failed", code="execution_failed"),
-        patch={"ended_at": 7.0, "exit_code": 3, "error_detail": "boom", "invocation_id": "inv-1",
-               "deadline_at": 9.0},
+        db,
+        request(task_id, "running", "failed", code="execution_failed"),
+        patch={
+            "ended_at": 7.0,
+            "exit_code": 3,
+            "error_detail": "boom",
+            "invocation_id": "inv-1",
+            "deadline_at": 9.0,
+        },
     )
     assert result.applied
     row = await taskward.get_task(db, task_id)
-    assert (row["ended_at"], row["exit_code"], row["error_detail"], row["invocation_id"],
-            row["deadline_at"]) == (7.0, 3, "boom", "inv-1", 9.0)
+    assert (
+        row["ended_at"],
+        row["exit_code"],
+        row["error_detail"],
+        row["invocation_id"],
+        row["deadline_at"],
+    ) == (7.0, 3, "boom", "inv-1", 9.0)
 
 
 async def test_evidence_refs_are_projected_on_the_row_and_the_fact(db: StateDB) -> None:
     task_id = await submit(db)
     req = request(task_id, "queued", "skipped").model_copy(
-        update={"reason": taskward.StateReason(code="skipped", evidence_refs=[{"kind": "log"}])})
+        update={"reason": taskward.StateReason(code="skipped", evidence_refs=[{"kind": "log"}])}
+    )
     await transition_task(db, req)
     assert (await taskward.get_task(db, task_id))["status_evidence_refs"] == [{"kind": "log"}]
     assert (await taskward.list_transitions(db, task_id))[0]["evidence_refs"] == [{"kind": "log"}]

@@ -12,11 +12,20 @@ from taskward.errors import InvalidTransition
 from taskward.lifecycle import EDGES, REASON_CODES, TERMINAL, Status, check_edge, check_reason_code
 
 R2_EDGES = {
-    ("queued", "running"), ("queued", "waiting_dependency"), ("queued", "skipped"),
-    ("queued", "cancelled"), ("waiting_dependency", "queued"), ("waiting_dependency", "skipped"),
-    ("waiting_dependency", "cancelled"), ("running", "completed"), ("running", "failed"),
-    ("running", "timed_out"), ("running", "retry_wait"), ("running", "cancelled"),
-    ("retry_wait", "queued"), ("retry_wait", "cancelled"),
+    ("queued", "running"),
+    ("queued", "waiting_dependency"),
+    ("queued", "skipped"),
+    ("queued", "cancelled"),
+    ("waiting_dependency", "queued"),
+    ("waiting_dependency", "skipped"),
+    ("waiting_dependency", "cancelled"),
+    ("running", "completed"),
+    ("running", "failed"),
+    ("running", "timed_out"),
+    ("running", "retry_wait"),
+    ("running", "cancelled"),
+    ("retry_wait", "queued"),
+    ("retry_wait", "cancelled"),
 }
 
 
@@ -27,8 +36,13 @@ def test_graph_has_exactly_the_fourteen_declared_edges() -> None:
 
 
 def test_terminal_states_are_the_five_without_exits() -> None:
-    assert {s.value for s in TERMINAL} == {"completed", "failed", "timed_out", "skipped",
-                                           "cancelled"}
+    assert {s.value for s in TERMINAL} == {
+        "completed",
+        "failed",
+        "timed_out",
+        "skipped",
+        "cancelled",
+    }
 
 
 @pytest.mark.parametrize("src,dst", sorted(itertools.product([s.value for s in Status], repeat=2)))

@@ -16,10 +16,19 @@ from taskward.store.port import (
     RUN_PROJECTION_COLUMNS,
 )
 
-_RETURNABLE = RUN_PATCH_COLUMNS | RUN_PROJECTION_COLUMNS | {
-    "id", "concurrency_key", "action_kind", "schedule_id", "execution_target",
-    "idempotency_key", "created_at",
-}
+_RETURNABLE = (
+    RUN_PATCH_COLUMNS
+    | RUN_PROJECTION_COLUMNS
+    | {
+        "id",
+        "concurrency_key",
+        "action_kind",
+        "schedule_id",
+        "execution_target",
+        "idempotency_key",
+        "created_at",
+    }
+)
 
 
 def build_run_update(

@@ -59,15 +59,19 @@ async def _open(url: str | None) -> StateDB:
     if parts.scheme == "sqlite":
         from taskward.store.sqlite.db import SQLiteDB
 
-        path = url.split("?", 1)[0][len("sqlite://"):]
+        path = url.split("?", 1)[0][len("sqlite://") :]
         path = path[1:] if path.startswith("/") else path
         if not path:
             raise TaskValidationError("url", url, "sqlite:///relative.db or sqlite:////abs.db")
         migrate = _flag(options, "migrate", True)
         synchronous = options.pop("synchronous", "FULL")
         if options:
-            raise TaskValidationError("url", url, "sqlite options synchronous, migrate",
-                                      message=f"unknown sqlite URL options: {', '.join(options)}")
+            raise TaskValidationError(
+                "url",
+                url,
+                "sqlite options synchronous, migrate",
+                message=f"unknown sqlite URL options: {', '.join(options)}",
+            )
         try:
             db = SQLiteDB(path, url=url, synchronous=synchronous)
         except ValueError as exc:
@@ -80,8 +84,13 @@ async def _open(url: str | None) -> StateDB:
         pool_max = int(options.pop("pool_max", "10"))
         open_timeout_s = float(options.pop("open_timeout_s", "10"))
         conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(options)))
-        db = PostgresDB(conninfo, url=redact(url), pool_min=pool_min, pool_max=pool_max,
-                        connect_timeout_s=open_timeout_s)
+        db = PostgresDB(
+            conninfo,
+            url=redact(url),
+            pool_min=pool_min,
+            pool_max=pool_max,
+            connect_timeout_s=open_timeout_s,
+        )
     else:
         raise TaskValidationError("url", redact(url), "sqlite:///path.db, postgresql://...")
     await db.connect()

@@ -11,15 +11,24 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol
 
+from taskward.store.signals import Signal
+
 Row = dict[str, Any]
 Params = Mapping[str, Any]
 
 # Columns stored as JSON; rows come back with them decoded on both dialects.
 JSON_COLUMNS: Final[frozenset[str]] = frozenset(
     {
-        "trigger_context", "action_args", "required_capabilities", "status_evidence_refs",
-        "evidence_refs", "metadata", "payload", "advertised_capabilities",
-        "execution_targets", "served_kinds",
+        "trigger_context",
+        "action_args",
+        "required_capabilities",
+        "status_evidence_refs",
+        "evidence_refs",
+        "metadata",
+        "payload",
+        "advertised_capabilities",
+        "execution_targets",
+        "served_kinds",
     }
 )
 
@@ -27,21 +36,33 @@ JSON_COLUMNS: Final[frozenset[str]] = frozenset(
 # invocation_id and deadline_at). The store re-checks these before building SQL.
 RUN_PATCH_COLUMNS: Final[frozenset[str]] = frozenset(
     {
-        "queued_at", "leased_by", "lease_expires_at", "lease_attempts", "ended_at",
-        "exit_code", "error_detail", "retry_at", "cancel_requested_at",
-        "cancel_requested_by", "invocation_id", "deadline_at",
+        "queued_at",
+        "leased_by",
+        "lease_expires_at",
+        "lease_attempts",
+        "ended_at",
+        "exit_code",
+        "error_detail",
+        "retry_at",
+        "cancel_requested_at",
+        "cancel_requested_by",
+        "invocation_id",
+        "deadline_at",
     }
 )
 RUN_GUARD_COLUMNS: Final[frozenset[str]] = frozenset(
     {
-        "leased_by", "lease_expires_at", "lease_attempts", "cancel_requested_at",
-        "deadline_at", "retry_at",
+        "leased_by",
+        "lease_expires_at",
+        "lease_attempts",
+        "cancel_requested_at",
+        "deadline_at",
+        "retry_at",
     }
 )
 # Written by transition_task itself on every change, never by a caller's patch.
 RUN_PROJECTION_COLUMNS: Final[frozenset[str]] = frozenset(
-    {"status", "updated_at", "status_reason_code", "status_reason_summary",
-     "status_evidence_refs"}
+    {"status", "updated_at", "status_reason_code", "status_reason_summary", "status_evidence_refs"}
 )
 
 
@@ -81,6 +102,10 @@ class Tx(Protocol):
         """
         ...
 
+    def notify(self, channel: str) -> None:
+        """Wake idle workers on ``channel`` ("queued", "cancel") once this transaction commits."""
+        ...
+
 
 class StateDB(Protocol):
     """A taskward store. Open with ``taskward.open_db(url)``."""
@@ -96,6 +121,10 @@ class StateDB(Protocol):
     async def fetchone(self, name: str, params: Params | None = None) -> Row | None: ...
 
     async def fetchall(self, name: str, params: Params | None = None) -> list[Row]: ...
+
+    def signal(self, channel: str) -> Signal:
+        """The wake-up signal of ``channel``; starts watching other processes on first use."""
+        ...
 
     async def now(self) -> float:
         """The store's clock: PostgreSQL's on PostgreSQL, the local clock on SQLite."""

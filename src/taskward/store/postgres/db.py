@@ -6,6 +6,8 @@ on hosts with skewed clocks agree on when a lease expires.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -20,12 +22,14 @@ from taskward.store.guarded import build_run_update
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
 from taskward.store.port import ConcurrencyKeyBusy, Params, Row
 from taskward.store.queries import load_queries, to_pyformat
+from taskward.store.signals import CHANNELS, Signal, Signals
 
 # pg_advisory_xact_lock key serialising migrations across processes ("taskward" in ASCII).
 MIGRATION_LOCK_KEY = 0x7461736B77617264
 
 _NOW_SQL = "SELECT extract(epoch FROM clock_timestamp())::float8 AS now"
 _RUNNING_KEY_INDEX = "idx_schedule_runs_running_concurrency"
+_CHANNEL_PREFIX = "taskward_"
 
 AsyncConn = psycopg.AsyncConnection[dict[str, Any]]
 
@@ -48,6 +52,10 @@ class _PgTx:
         self._conn = conn
         self._queries = load_queries("postgres")
         self.now = now
+        self.channels: set[str] = set()
+
+    def notify(self, channel: str) -> None:
+        self.channels.add(channel)
 
     def _params(self, params: Params | None) -> dict[str, Any]:
         merged = dict(params or {})
@@ -95,8 +103,15 @@ class PostgresDB:
     dialect = "postgresql"
     supports_listen_notify = True
 
-    def __init__(self, conninfo: str, *, url: str, pool_min: int = 1, pool_max: int = 10,
-                 connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        url: str,
+        pool_min: int = 1,
+        pool_max: int = 10,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
         self.url = url
         self.conninfo = conninfo
         self._pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
@@ -108,6 +123,8 @@ class PostgresDB:
             kwargs={"autocommit": True, "row_factory": dict_row},
         )
         self._closed = False
+        self._signals = Signals()
+        self._listener: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         if self._closed:
@@ -119,6 +136,10 @@ class PostgresDB:
         """Close the pool; safe to call twice."""
         if not self._closed:
             self._closed = True
+            if self._listener is not None:
+                self._listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._listener
             await self._pool.close()
 
     async def __aenter__(self) -> PostgresDB:
@@ -132,6 +153,33 @@ class PostgresDB:
         with _translate():
             async with self._pool.connection() as conn:
                 yield conn
+
+    # -- wake-ups: LISTEN/NOTIFY ------------------------------------------------------------
+
+    def signal(self, channel: str) -> Signal:
+        """Commits anywhere wake this process through LISTEN on a dedicated connection, which
+        is re-established (with a wake-up, in case a notification was missed) if it drops."""
+        if self._listener is None and not self._closed:
+            self._listener = asyncio.get_running_loop().create_task(self._listen())
+        return self._signals.get(channel)
+
+    async def _listen(self) -> None:
+        delay = 0.05
+        while not self._closed:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+                async with conn:
+                    for channel in CHANNELS:
+                        await conn.execute(f"LISTEN {_CHANNEL_PREFIX}{channel}")
+                    self._signals.bump()  # anything committed while we were not listening
+                    delay = 0.05
+                    async for note in conn.notifies():
+                        name = note.channel.removeprefix(_CHANNEL_PREFIX)
+                        if name in CHANNELS:
+                            self._signals.bump(name)
+            except psycopg.Error:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def now(self) -> float:
         async with self.connection() as conn:
@@ -149,7 +197,12 @@ class PostgresDB:
                         row = await (await conn.execute(_NOW_SQL)).fetchone()
                         assert row is not None
                         now = float(row["now"])
-                    yield _PgTx(conn, now)
+                    tx = _PgTx(conn, now)
+                    yield tx
+                    for channel in sorted(tx.channels):
+                        await conn.execute(f"NOTIFY {_CHANNEL_PREFIX}{channel}")
+        if tx.channels:
+            self._signals.bump(*tx.channels)
 
     async def fetchone(self, name: str, params: Params | None = None) -> Row | None:
         rows = await self.fetchall(name, params)

@@ -86,3 +86,83 @@ WHERE id = :id AND status = 'running';
 SELECT id FROM task_events
 WHERE task_id = :task_id AND kind = 'cancel_requested'
   AND payload->>'idempotency_key' = :key;
+
+-- name: worker_heartbeat
+-- Upsert this worker's heartbeat and advertisement (ADR-0071 D4).
+INSERT INTO workers (worker_id, advertised_capabilities, execution_targets, last_heartbeat_at,
+                     leased_run_id, served_kinds, hostname, pid, concurrency, started_at)
+VALUES (:worker_id, :advertised_capabilities::jsonb, :execution_targets::jsonb, :now,
+        :leased_run_id, :served_kinds::jsonb, :hostname, :pid, :concurrency, :now)
+ON CONFLICT (worker_id) DO UPDATE SET
+  advertised_capabilities = excluded.advertised_capabilities,
+  execution_targets = excluded.execution_targets,
+  last_heartbeat_at = excluded.last_heartbeat_at,
+  leased_run_id = excluded.leased_run_id,
+  served_kinds = excluded.served_kinds,
+  hostname = excluded.hostname,
+  pid = excluded.pid,
+  concurrency = excluded.concurrency;
+
+-- name: worker_get
+SELECT * FROM workers WHERE worker_id = :worker_id;
+
+-- name: worker_list
+SELECT * FROM workers ORDER BY last_heartbeat_at DESC, worker_id LIMIT :limit;
+
+-- name: worker_live_list
+SELECT * FROM workers WHERE :now - last_heartbeat_at <= :heartbeat_ttl;
+
+-- name: run_running_concurrency_keys
+SELECT DISTINCT concurrency_key FROM schedule_runs
+WHERE status = 'running' AND concurrency_key IS NOT NULL;
+
+-- name: run_claim_page
+-- One (queued_at, id) keyset page of claim candidates (ADR-0071 D4, R7): queued rows of any
+-- origin whose kind this worker serves, below the attempt ceiling, with no pending cancellation.
+SELECT id, queued_at, action_kind, execution_target, required_capabilities, concurrency_key,
+       lease_attempts,
+       CASE WHEN jsonb_typeof(action_args -> 'timeout_s') = 'number'
+            THEN (action_args ->> 'timeout_s')::float8 END AS timeout_s
+FROM schedule_runs
+WHERE status = 'queued'
+  AND lease_attempts < :max_attempts
+  AND cancel_requested_at IS NULL
+  AND action_kind IN (SELECT jsonb_array_elements_text(:kinds::jsonb))
+  AND (:cursor_queued_at::float8 IS NULL
+       OR (queued_at, id) > (:cursor_queued_at::float8, :cursor_id::text))
+ORDER BY queued_at, id
+LIMIT :page_size;
+
+-- name: run_expired_leases
+-- Running rows whose lease expired strictly before :now (R6).
+SELECT id, leased_by, lease_expires_at, lease_attempts, cancel_requested_at FROM schedule_runs
+WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at < :now
+ORDER BY lease_expires_at
+LIMIT :limit;
+
+-- name: run_due_retries
+-- retry_wait rows due now (retry_at <= :now, R6) or holding a cancellation request.
+SELECT id, retry_at, lease_attempts, cancel_requested_at FROM schedule_runs
+WHERE status = 'retry_wait' AND (retry_at <= :now OR cancel_requested_at IS NOT NULL)
+ORDER BY retry_at
+LIMIT :limit;
+
+-- name: run_deadline_overdue
+-- Running rows past deadline + grace whose owner is still heartbeating (R5).
+SELECT r.id, r.leased_by, r.lease_expires_at, r.lease_attempts, r.deadline_at
+FROM schedule_runs r JOIN workers w ON w.worker_id = r.leased_by
+WHERE r.status = 'running' AND r.deadline_at IS NOT NULL
+  AND r.deadline_at + :grace_s <= :now
+  AND :now - w.last_heartbeat_at <= :heartbeat_ttl
+LIMIT :limit;
+
+-- name: run_cancel_requested_among
+SELECT id FROM schedule_runs
+WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb))
+  AND status = 'running' AND cancel_requested_at IS NOT NULL;
+
+-- name: run_queued_unserved
+-- Queued rows for the placement read: kinds, targets and capabilities to match against workers.
+SELECT id, action_kind, execution_target, required_capabilities, lease_attempts,
+       cancel_requested_at, concurrency_key
+FROM schedule_runs WHERE id = :id AND status = 'queued';

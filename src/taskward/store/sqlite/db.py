@@ -13,12 +13,12 @@ clock is the store's clock (R9); idle workers in other processes learn of new wo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, TypeVar
 
 from taskward.canonical import loads
@@ -27,6 +27,7 @@ from taskward.store.guarded import build_run_update
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
 from taskward.store.port import JSON_COLUMNS, ConcurrencyKeyBusy, Params, Row
 from taskward.store.queries import load_queries
+from taskward.store.signals import Signal, Signals
 
 T = TypeVar("T")
 
@@ -50,6 +51,10 @@ class _SQLiteTx:
         self._conn = conn
         self._queries = load_queries("sqlite")
         self.now = now
+        self.channels: set[str] = set()
+
+    def notify(self, channel: str) -> None:
+        self.channels.add(channel)
 
     def _params(self, params: Params | None) -> dict[str, Any]:
         merged = dict(params or {})
@@ -98,6 +103,7 @@ class SQLiteDB:
         url: str,
         synchronous: str = "FULL",
         lock_budget_s: float = 30.0,
+        poll_interval_s: float = 0.005,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if synchronous.upper() not in SYNCHRONOUS_MODES:
@@ -112,14 +118,15 @@ class SQLiteDB:
         self._conn: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+        self._signals = Signals()
+        self._watcher: asyncio.Task[None] | None = None
+        self.poll_interval_s = poll_interval_s
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def connect(self) -> None:
         if self._closed:
             raise StoreError("this store was closed; open a new one")
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
             conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=0
@@ -136,6 +143,11 @@ class SQLiteDB:
     async def close(self) -> None:
         """Close the connection; safe to call twice."""
         self._closed = True
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
         if self._conn is not None:
             conn, self._conn = self._conn, None
             async with self._lock:
@@ -171,6 +183,31 @@ class SQLiteDB:
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.02)
 
+    # -- wake-ups --------------------------------------------------------------------------
+
+    def signal(self, channel: str) -> Signal:
+        """In-process commits bump at once; other processes' commits are seen by polling
+        ``PRAGMA data_version`` every ``poll_interval_s`` (it changes only when another
+        connection commits, and costs no I/O)."""
+        if self._watcher is None and not self._closed:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        return self._signals.get(channel)
+
+    async def _watch(self) -> None:
+        last: int | None = None
+        while not self._closed:
+            try:
+                async with self._lock:
+                    conn = self._connection()
+                    row = conn.execute("PRAGMA data_version").fetchone()
+                version = row["data_version"] if row else None
+            except (sqlite3.Error, StoreError):
+                version = None
+            if last is not None and version != last:
+                self._signals.bump()
+            last = version
+            await asyncio.sleep(self.poll_interval_s)
+
     # -- port ------------------------------------------------------------------------------
 
     async def now(self) -> float:
@@ -193,6 +230,8 @@ class SQLiteDB:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise StoreError(f"commit failed: {exc}") from exc
+        if tx.channels:
+            self._signals.bump(*tx.channels)
 
     async def fetchone(self, name: str, params: Params | None = None) -> Row | None:
         rows = await self.fetchall(name, params)
@@ -217,8 +256,10 @@ class SQLiteDB:
                     f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} ("
                     "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
                 )
-                done = {r["version"] for r in conn.execute(
-                    f"SELECT version FROM {MIGRATIONS_TABLE}").fetchall()}
+                done = {
+                    r["version"]
+                    for r in conn.execute(f"SELECT version FROM {MIGRATIONS_TABLE}").fetchall()
+                }
                 for migration in load_migrations("sqlite"):
                     if migration.version in done:
                         continue

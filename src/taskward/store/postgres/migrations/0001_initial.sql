@@ -134,12 +134,13 @@ CREATE TRIGGER status_transitions_no_truncate
   BEFORE TRUNCATE ON status_transitions
   FOR EACH STATEMENT EXECUTE FUNCTION taskward_refuse_fact_change();
 
--- One lifecycle event per transition (kind 'transition') plus cancellation requests.
+-- One lifecycle event per transition (kind 'transition'), plus cancellation requests and the
+-- diagnostic results of stale owners whose terminal write lost its guard (never facts).
 CREATE TABLE task_events (
   seq           BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
   id            TEXT PRIMARY KEY,
   task_id       TEXT NOT NULL,
-  kind          TEXT NOT NULL CHECK (kind IN ('transition', 'cancel_requested')),
+  kind          TEXT NOT NULL CHECK (kind IN ('transition', 'cancel_requested', 'stale_result')),
   transition_id TEXT,
   status        TEXT NOT NULL,
   payload       JSONB NOT NULL,

@@ -128,11 +128,12 @@ BEGIN
   SELECT RAISE(ABORT, 'status_transitions is append-only');
 END;
 
--- One lifecycle event per transition (kind 'transition') plus cancellation requests.
+-- One lifecycle event per transition (kind 'transition'), plus cancellation requests and the
+-- diagnostic results of stale owners whose terminal write lost its guard (never facts).
 CREATE TABLE task_events (
   id            TEXT PRIMARY KEY,
   task_id       TEXT NOT NULL,
-  kind          TEXT NOT NULL CHECK (kind IN ('transition', 'cancel_requested')),
+  kind          TEXT NOT NULL CHECK (kind IN ('transition', 'cancel_requested', 'stale_result')),
   transition_id TEXT,
   status        TEXT NOT NULL,
   payload       TEXT NOT NULL CHECK (json_valid(payload)),

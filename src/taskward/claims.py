@@ -1,0 +1,218 @@
+"""Lease claims (ADR-0071 D4/D5, R5-R7): the one guarded ``queued -> running`` path.
+
+Used by the ADR-0071 worker functions and by ``LocalTaskSource.claim()`` alike, so the host and
+the tick loop lease exactly the same way.
+
+A pass pages candidates 50 at a time on a ``(queued_at, id)`` keyset, scans at most 5,000 rows
+and claims at most ``limit`` (<= 20) of them. Filtering by execution target and capabilities
+happens before the claim; affinity orders the candidates of the pages scanned (stable, so ties
+keep oldest-first order). Serialization keys block against running rows and within the pass;
+the store's unique index on running keys makes the block authoritative across machines (R7).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from taskward.capabilities import affinity_score, worker_can_serve
+from taskward.models import Actor, StateReason, TransitionRequest
+from taskward.settings import get_max_attempts
+from taskward.store.port import Row, StateDB
+from taskward.transitions import lease_id, transition_task
+
+DEFAULT_LEASE_TTL_SECONDS: Final = 300.0
+DEFAULT_HEARTBEAT_TTL_SECONDS: Final = 90.0
+# R5: a claim sets deadline_at = now + timeout_s (args.timeout_s, else this default) and
+# lease_expires_at = max(now + lease_ttl, deadline_at + lease_slack_s), so the lease always
+# covers the deadline. 240 s + 30 s slack fits the default 300 s lease.
+DEFAULT_TASK_TIMEOUT_SECONDS: Final = 240.0
+DEFAULT_LEASE_SLACK_SECONDS: Final = 30.0
+CLAIM_PAGE_SIZE: Final = 50
+CLAIM_SCAN_CAP: Final = 5000
+CLAIM_CAP: Final = 20
+
+
+def new_worker_id() -> str:
+    """A worker id shaped ``host:<8 hex>`` (ADR-0071 D4)."""
+    return f"host:{secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What one worker serves and how it leases."""
+
+    worker_id: str
+    kinds: Sequence[str]
+    execution_targets: Sequence[str] = ("host",)
+    capabilities: Sequence[str] = ()
+    lease_ttl: float = DEFAULT_LEASE_TTL_SECONDS
+    heartbeat_ttl: float = DEFAULT_HEARTBEAT_TTL_SECONDS
+    default_timeout_s: float = DEFAULT_TASK_TIMEOUT_SECONDS
+    lease_slack_s: float = DEFAULT_LEASE_SLACK_SECONDS
+    hostname: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+
+    @property
+    def actor(self) -> Actor:
+        return Actor(type="system", id=self.worker_id)
+
+    def serves(self, row: Row) -> bool:
+        """Target and capability filter, applied before any claim (ADR-0071 D5)."""
+        target = row.get("execution_target")
+        if target and target not in self.execution_targets:
+            return False
+        return worker_can_serve(row.get("required_capabilities"), self.capabilities)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A claimed run as its owner sees it: the values its terminal write must guard."""
+
+    task_id: str
+    leased_by: str
+    attempt: int
+    lease_expires_at: float
+    deadline_at: float
+    claimed_at: float
+    action_kind: str
+    concurrency_key: str | None = None
+
+    @property
+    def lease_id(self) -> str:
+        value = lease_id(self.leased_by, self.attempt)
+        assert value is not None
+        return value
+
+    def guard(self) -> dict[str, Any]:
+        """Terminal writes guard the exact owner, stored expiry and attempt (ADR-0071 D4)."""
+        return {
+            "leased_by": self.leased_by,
+            "lease_expires_at": self.lease_expires_at,
+            "lease_attempts": self.attempt,
+        }
+
+
+async def is_stale_worker(db: StateDB, spec: WorkerSpec, now: float) -> bool:
+    """A known worker whose heartbeat is older than the TTL claims nothing; an unknown one is
+    not stale (compatibility with direct callers, ADR-0071 D4)."""
+    row = await db.fetchone("worker_get", {"worker_id": spec.worker_id})
+    return row is not None and now - float(row["last_heartbeat_at"]) > spec.heartbeat_ttl
+
+
+async def find_candidates(
+    db: StateDB, spec: WorkerSpec, *, limit: int, max_attempts: int
+) -> list[Row]:
+    """Eligible queued rows in claim order (affinity first, then oldest)."""
+    candidates: list[Row] = []
+    scanned = 0
+    cursor: tuple[float | None, str | None] = (None, None)
+    kinds = json.dumps(sorted(set(spec.kinds)))
+    while scanned < CLAIM_SCAN_CAP and len(candidates) < limit:
+        page_size = min(CLAIM_PAGE_SIZE, CLAIM_SCAN_CAP - scanned)
+        page = await db.fetchall(
+            "run_claim_page",
+            {
+                "max_attempts": max_attempts,
+                "kinds": kinds,
+                "cursor_queued_at": cursor[0],
+                "cursor_id": cursor[1],
+                "page_size": page_size,
+            },
+        )
+        scanned += len(page)
+        candidates.extend(row for row in page if spec.serves(row))
+        if len(page) < page_size:
+            break
+        cursor = (page[-1]["queued_at"], page[-1]["id"])
+    # Stable sort: descending affinity, the SQL's oldest-first order kept for ties.
+    candidates.sort(
+        key=lambda r: -affinity_score(r.get("required_capabilities"), spec.capabilities)
+    )
+    return candidates
+
+
+async def claim_one(db: StateDB, spec: WorkerSpec, row: Row, *, now: float) -> Lease | None:
+    """One guarded ``queued -> running`` transition; None when another claimant won."""
+    timeout_s = row.get("timeout_s")
+    timeout = float(timeout_s) if timeout_s else spec.default_timeout_s
+    deadline_at = now + timeout
+    expires_at = max(now + spec.lease_ttl, deadline_at + spec.lease_slack_s)
+    attempt = int(row["lease_attempts"]) + 1
+    request = TransitionRequest(
+        entity_id=row["id"],
+        from_state="queued",
+        to_state="running",
+        reason=StateReason(code="claimed", summary=f"attempt {attempt}"),
+        actor=spec.actor,
+        idempotency_key=f"claim:{spec.worker_id}:{attempt}",
+    )
+    result = await transition_task(
+        db,
+        request,
+        guard={
+            "leased_by": None,
+            "lease_attempts": row["lease_attempts"],
+            "cancel_requested_at": None,
+        },
+        patch={
+            "leased_by": spec.worker_id,
+            "lease_expires_at": expires_at,
+            "lease_attempts": attempt,
+            "deadline_at": deadline_at,
+            "retry_at": None,
+        },
+        now=now,
+    )
+    if not result.applied or result.replayed:
+        return None
+    return Lease(
+        task_id=row["id"],
+        leased_by=spec.worker_id,
+        attempt=attempt,
+        lease_expires_at=expires_at,
+        deadline_at=deadline_at,
+        claimed_at=now,
+        action_kind=row["action_kind"],
+        concurrency_key=row.get("concurrency_key"),
+    )
+
+
+async def claim_runs(
+    db: StateDB, spec: WorkerSpec, *, limit: int = CLAIM_CAP, now: float | None = None
+) -> list[Lease]:
+    """Claim up to ``min(limit, 20)`` runs this worker can serve; never blocks.
+
+    Each claim is its own guarded transition: a lost claim or a concurrent cancel is skipped and
+    not retried in this pass.
+    """
+    limit = min(limit, CLAIM_CAP)
+    if limit <= 0:
+        return []
+    if now is None:
+        now = await db.now()  # R9: the store's clock, read once for the whole pass
+    if await is_stale_worker(db, spec, now):
+        return []
+    max_attempts = await get_max_attempts(db)
+    candidates = await find_candidates(db, spec, limit=limit, max_attempts=max_attempts)
+    if not candidates:
+        return []
+    blocked = {r["concurrency_key"] for r in await db.fetchall("run_running_concurrency_keys")}
+    leases: list[Lease] = []
+    for row in candidates:
+        if len(leases) >= limit:
+            break
+        key = row.get("concurrency_key")
+        if key is not None and key in blocked:
+            continue
+        lease = await claim_one(db, spec, row, now=now)
+        if key is not None:
+            blocked.add(key)  # stays blocked for the rest of the pass (ADR-0071 D5)
+        if lease is not None:
+            leases.append(lease)
+    return leases

@@ -1,0 +1,381 @@
+"""``taskward`` commands: parse, call the async library once with ``asyncio.run``, render.
+
+No SQL and no dialect here; errors become exit codes in ``taskward.cli.errors`` only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import click
+
+from taskward import (
+    Actor,
+    AdapterConfig,
+    StateDB,
+    Status,
+    TaskAdapterRegistry,
+    TaskApplication,
+    TaskValidationError,
+    build_registry,
+    get_task,
+    list_tasks,
+    list_transitions,
+    open_db,
+    request_task_cancel,
+    submit_task,
+)
+from taskward.admission import validate_application
+from taskward.cli.errors import EXIT_OK, report
+from taskward.cli.output import Output
+from taskward.models import DEFAULT_EXECUTION_TARGET, EXECUTION_TARGETS
+from taskward.reads import MAX_LIST_LIMIT
+from taskward.registry import DEFAULT_ALIASES
+from taskward.store.open import DEFAULT_URL, ENV_VAR
+
+T = TypeVar("T")
+
+DEFAULT_LIST_LIMIT = 20
+
+
+@dataclass
+class CliState:
+    """Per-invocation state handed to every command (no module-level singletons)."""
+
+    db_url: str = DEFAULT_URL
+    imports: tuple[str, ...] = ()
+    output: Output = field(default_factory=Output)
+
+
+pass_state = click.make_pass_decorator(CliState, ensure=True)
+
+
+def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    ctx.ensure_object(CliState).output.is_json = value
+
+
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_set_json,
+    help="Print machine-readable JSON instead of tables.",
+)
+
+
+def _with_db(url: str, work: Callable[[StateDB], Awaitable[T]]) -> T:
+    """Open the store, run ``work`` once and close it: the sync edge of the async core."""
+
+    async def run() -> T:
+        async with open_db(url) as db:
+            return await work(db)
+
+    return asyncio.run(run())
+
+
+def _generated_key() -> str:
+    return f"cli:{uuid.uuid4()}"
+
+
+def _operator() -> Actor:
+    return Actor(type="operator", id=os.environ.get("USER") or os.environ.get("USERNAME") or "cli")
+
+
+def _parse_args(text: str) -> dict[str, Any]:
+    """``--args`` is JSON only (json.loads; never evaluated) and must be an object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TaskValidationError(
+            "--args",
+            text,
+            "a JSON object",
+            message=f"--args is not valid JSON ({exc}); pass a JSON object such as '{{\"a\": 1}}'",
+        ) from exc
+    if not isinstance(value, dict):
+        raise TaskValidationError(
+            "--args",
+            text,
+            "a JSON object",
+            message=f"--args must be a JSON object, not a JSON {type(value).__name__}",
+        )
+    return value
+
+
+def _registry(state: CliState) -> TaskAdapterRegistry:
+    """The built-in adapters plus ``TASKWARD_IMPORTS`` and ``--import`` modules."""
+    config = AdapterConfig.from_env()
+    imports = tuple(dict.fromkeys((*config.imports, *state.imports)))
+    if imports and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # `--import tasks` finds ./tasks.py, as python -m would
+    for name in imports:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise TaskValidationError(
+                "--import",
+                name,
+                "an importable module",
+                message=f"--import {name!r} (or TASKWARD_IMPORTS) cannot be imported: {exc}",
+            ) from exc
+    return build_registry(dataclasses.replace(config, imports=imports))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--db",
+    "db_url",
+    default=DEFAULT_URL,
+    envvar=ENV_VAR,
+    show_default=True,
+    show_envvar=True,
+    metavar="URL",
+    help="Store URL: sqlite:///path.db or postgresql://user@host:port/dbname.",
+)
+@click.option(
+    "--import",
+    "imports",
+    multiple=True,
+    metavar="MODULE",
+    help="Import MODULE to register its @taskward.task functions (repeatable; adds to "
+    "TASKWARD_IMPORTS).",
+)
+@pass_state
+def cli(state: CliState, db_url: str, imports: tuple[str, ...]) -> None:
+    """taskward: a durable task queue."""
+    state.db_url = db_url
+    state.imports = imports
+
+
+@cli.command()
+@json_option
+@pass_state
+def migrate(state: CliState) -> None:
+    """Apply pending schema migrations; a second run is a no-op."""
+    sep = "&" if "?" in state.db_url else "?"
+    url = f"{state.db_url}{sep}migrate=false"  # open without migrating, so we see what applies
+
+    async def work(db: StateDB) -> list[str]:
+        return await db.migrate()
+
+    applied = _with_db(url, work)
+    out = state.output
+    if out.is_json:
+        out.json({"applied": applied})
+    elif applied:
+        for name in applied:
+            out.line(f"applied {name}")
+    else:
+        out.line("up to date")
+
+
+@cli.group()
+def task() -> None:
+    """Submit, inspect and cancel tasks."""
+
+
+@task.command("submit")
+@click.argument("kind")
+@click.option(
+    "--args",
+    "args_text",
+    default="{}",
+    metavar="JSON",
+    help="The task's arguments as a JSON object.",
+)
+@click.option(
+    "--target",
+    type=click.Choice(sorted(EXECUTION_TARGETS)),
+    default=DEFAULT_EXECUTION_TARGET,
+    show_default=True,
+    help="Execution target.",
+)
+@click.option(
+    "--capability",
+    "capabilities",
+    multiple=True,
+    metavar="X",
+    help="A capability a worker must advertise (repeatable).",
+)
+@click.option(
+    "--key",
+    help="Idempotency key; resubmitting with the same key is safe. "
+    "Generated and printed when omitted.",
+)
+@click.option("--library-ref", help="Workflow library reference.")
+@click.option("--library-hash", help="Workflow library content hash.")
+@json_option
+@pass_state
+def task_submit(
+    state: CliState,
+    kind: str,
+    args_text: str,
+    target: str,
+    capabilities: tuple[str, ...],
+    key: str | None,
+    library_ref: str | None,
+    library_hash: str | None,
+) -> None:
+    """Submit a task of action KIND and print its id."""
+    out = state.output
+    args = _parse_args(args_text)
+    registry = _registry(state)
+    generated = key is None
+    # ADR-0072 D1: the CLI generates a key only when the caller omits one.
+    app = TaskApplication(
+        action_kind=kind,
+        args=args,
+        execution_target=target,
+        idempotency_key=_generated_key() if key is None else key,
+        required_capabilities=list(capabilities),
+        library_ref=library_ref,
+        library_content_hash=library_hash,
+    )
+    validate_application(app, registry)  # bad input exits 2 before a key is announced
+    if generated:
+        # Announced before the store is touched: a caller who never sees the answer (a lost
+        # connection, a crash) can still retry safely with this key.
+        out.notice(
+            f"generated idempotency key {app.idempotency_key}; to retry this submission "
+            f"safely, pass --key {app.idempotency_key}"
+        )
+
+    async def work(db: StateDB) -> str:
+        return await submit_task(db, app, registry=registry, admission_source="cli")
+
+    task_id = _with_db(state.db_url, work)
+    if out.is_json:
+        out.json(
+            {"task_id": task_id, "idempotency_key": app.idempotency_key, "key_generated": generated}
+        )
+    else:
+        out.line(task_id)
+
+
+@task.command("show")
+@click.argument("task_id", metavar="ID")
+@json_option
+@pass_state
+def task_show(state: CliState, task_id: str) -> None:
+    """Show one task's row."""
+    row = _with_db(state.db_url, lambda db: get_task(db, task_id))
+    if state.output.is_json:
+        state.output.json(row)
+    else:
+        state.output.task(row)
+
+
+@task.command("list")
+@click.option("--status", type=click.Choice([s.value for s in Status]), help="Only this status.")
+@click.option("--kind", help="Only this action kind.")
+@click.option("--target", type=click.Choice(sorted(EXECUTION_TARGETS)), help="Only this target.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, MAX_LIST_LIMIT),
+    default=DEFAULT_LIST_LIMIT,
+    show_default=True,
+    help="Page size.",
+)
+@click.option("--cursor", help="Continue after a previous page.")
+@json_option
+@pass_state
+def task_list(
+    state: CliState,
+    status: str | None,
+    kind: str | None,
+    target: str | None,
+    limit: int,
+    cursor: str | None,
+) -> None:
+    """List tasks, newest first."""
+    if kind is not None:
+        kind = DEFAULT_ALIASES.get(kind, kind)  # stored kinds are canonical (R8)
+    rows, next_cursor = _with_db(
+        state.db_url,
+        lambda db: list_tasks(
+            db, status=status, action_kind=kind, execution_target=target, limit=limit, cursor=cursor
+        ),
+    )
+    if state.output.is_json:
+        state.output.json({"tasks": rows, "next_cursor": next_cursor})
+    else:
+        state.output.tasks(rows, next_cursor)
+
+
+@task.command("history")
+@click.argument("task_id", metavar="ID")
+@json_option
+@pass_state
+def task_history(state: CliState, task_id: str) -> None:
+    """Show a task's status transitions, oldest first."""
+    facts = _with_db(state.db_url, lambda db: list_transitions(db, task_id))
+    if state.output.is_json:
+        state.output.json({"task_id": task_id, "transitions": facts})
+    else:
+        state.output.transitions(facts)
+
+
+@task.command("cancel")
+@click.argument("task_id", metavar="ID")
+@click.option("--key", help="Idempotency key of this request; generated when omitted.")
+@click.option("--reason", default="", help="Why; recorded on the transition.")
+@json_option
+@pass_state
+def task_cancel(state: CliState, task_id: str, key: str | None, reason: str) -> None:
+    """Cancel a task: at once when no worker holds it, else ask its worker to stop."""
+    out = state.output
+    if key is None:
+        key = _generated_key()
+        out.notice(
+            f"generated idempotency key {key}; to retry this request safely, pass --key {key}"
+        )
+    actor = _operator()
+    result = _with_db(
+        state.db_url,
+        lambda db: request_task_cancel(
+            db, task_id, actor=actor, idempotency_key=key, reason=reason
+        ),
+    )
+    if out.is_json:
+        out.json({**result.model_dump(), "idempotency_key": key})
+        return
+    out.line(f"{result.state} (status: {result.current_status})")
+    if result.state == "cancellation_requested":
+        out.notice(
+            "the worker holding the task stops it cooperatively; "
+            f"watch with: taskward task history {task_id}"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (see ``taskward.cli.errors.EXIT_CODES``)."""
+    state = CliState()
+    # The pool logs every failed connection attempt; the CLI reports a store failure once, as
+    # one line, through its exit-code table instead.
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+    try:
+        rv = cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="taskward",
+            standalone_mode=False,
+            obj=state,
+        )
+    except (Exception, KeyboardInterrupt) as exc:
+        return report(exc, as_json=state.output.is_json)
+    return rv if isinstance(rv, int) else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""Run a leased task through its adapter and write its one guarded terminal transition.
+
+Shared by the ADR-0071 worker functions and the resident host's local task source. Adapters
+never change status: they return a TaskExecutionResult, and ``finish_run`` turns it into one
+transition guarded by the lease (ADR-0072 D4). When the guard loses, the result is kept only as
+a ``stale_result`` event — diagnostic evidence, never a fact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from taskward.canonical import dumps
+from taskward.capabilities import serialization_tokens
+from taskward.claims import Lease
+from taskward.models import Actor, StateReason, TransitionRequest, TransitionResult
+from taskward.oslocks import LockTimeout, machine_locks
+from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
+from taskward.store.port import Row, StateDB
+from taskward.transitions import transition_task
+
+log = logging.getLogger("taskward.execution")
+
+MAX_ERROR_DETAIL: Final = 4000
+DEADLINE_CANCEL_GRACE_S: Final = 5.0
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter for retry_wait (ADR-0072 D5)."""
+
+    base_s: float = 2.0
+    factor: float = 2.0
+    cap_s: float = 300.0
+    jitter: float = 0.2
+
+    def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
+        raw = min(self.cap_s, self.base_s * self.factor ** max(0, attempt - 1))
+        return raw * (1.0 + self.jitter * (2.0 * rng() - 1.0))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The transition a result maps to."""
+
+    to_state: str
+    reason_code: str
+    summary: str
+    patch: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _detail(text: str | None) -> str | None:
+    if text is None:
+        return None
+    return text if len(text) <= MAX_ERROR_DETAIL else "..." + text[-MAX_ERROR_DETAIL:]
+
+
+def outcome_for(
+    result: TaskExecutionResult,
+    lease: Lease,
+    *,
+    max_attempts: int,
+    cancel_requested: bool,
+    now: float,
+    policy: RetryPolicy,
+) -> Outcome:
+    """Map an adapter result to its transition (R5 for deadlines, ADR-0072 D5 for cancel)."""
+    terminal_patch: dict[str, Any] = {
+        "ended_at": now,
+        "exit_code": result.exit_code,
+        "error_detail": _detail(result.error_detail),
+        "invocation_id": result.invocation_id,
+    }
+    retryable = result.retryable or result.status == "timed_out"
+    if result.status == "completed":
+        return Outcome("completed", "completed", "adapter completed", terminal_patch)
+    if result.status == "cancelled":
+        if cancel_requested:
+            return Outcome(
+                "cancelled",
+                "cancel_acknowledged",
+                "adapter acknowledged cancellation",
+                terminal_patch,
+            )
+        return Outcome(
+            "failed",
+            "execution_failed",
+            "adapter reported cancelled without a cancellation request",
+            terminal_patch,
+        )
+    if retryable:
+        code = "deadline_exceeded" if result.status == "timed_out" else "retryable_failure"
+        if lease.attempt < max_attempts:
+            retry_at = now + policy.delay(lease.attempt)
+            return Outcome(
+                "retry_wait",
+                code,
+                f"attempt {lease.attempt} of {max_attempts}: {result.error_detail or code}",
+                {
+                    "retry_at": retry_at,
+                    "leased_by": None,
+                    "lease_expires_at": None,
+                    "exit_code": result.exit_code,
+                    "error_detail": _detail(result.error_detail),
+                },
+            )
+        # At the ceiling: terminal, with the ceiling recorded (R5).
+        final = "timed_out" if result.status == "timed_out" else "failed"
+        return Outcome(
+            final,
+            "attempt_ceiling",
+            f"{code} on attempt {lease.attempt} of {max_attempts}",
+            terminal_patch,
+            {"attempt_ceiling": max_attempts, "cause": code},
+        )
+    if result.status == "timed_out":  # pragma: no cover - timed_out is always retryable
+        return Outcome("timed_out", "deadline_exceeded", "timed out", terminal_patch)
+    return Outcome(
+        "failed", "execution_failed", result.error_detail or "adapter failed", terminal_patch
+    )
+
+
+async def record_stale_result(
+    db: StateDB,
+    lease: Lease,
+    result: TaskExecutionResult,
+    observed: str,
+    *,
+    now: float | None = None,
+) -> None:
+    """Keep a lost owner's result as a diagnostic event (never a fact, never a status)."""
+    async with db.transaction(now=now) as tx:
+        await tx.execute(
+            "event_insert",
+            {
+                "id": str(uuid.uuid4()),
+                "task_id": lease.task_id,
+                "kind": "stale_result",
+                "transition_id": None,
+                "status": observed,
+                "payload": dumps(
+                    {
+                        "lease_id": lease.lease_id,
+                        "status": result.status,
+                        "exit_code": result.exit_code,
+                        "error_detail": _detail(result.error_detail),
+                        "evidence_refs": result.evidence_refs,
+                    }
+                ),
+            },
+        )
+    log.warning(
+        "task %s: stale owner %s lost its lease (row is %s); result kept as evidence",
+        lease.task_id,
+        lease.lease_id,
+        observed,
+    )
+
+
+async def finish_run(
+    db: StateDB,
+    lease: Lease,
+    outcome: Outcome,
+    *,
+    actor: Actor,
+    evidence_refs: list[dict[str, Any]] | None = None,
+    now: float | None = None,
+    key_suffix: str = "finish",
+) -> TransitionResult:
+    """One guarded transition out of ``running`` under ``lease`` (R4: state decides, not time)."""
+    request = TransitionRequest(
+        entity_id=lease.task_id,
+        from_state="running",
+        to_state=outcome.to_state,
+        reason=StateReason(
+            code=outcome.reason_code,
+            summary=outcome.summary,
+            evidence_refs=evidence_refs or [],
+            metadata=outcome.metadata,
+        ),
+        actor=actor,
+        idempotency_key=f"{key_suffix}:{lease.lease_id}",
+    )
+    return await transition_task(db, request, guard=lease.guard(), patch=outcome.patch, now=now)
+
+
+def task_payload(row: Row, lease: Lease) -> dict[str, Any]:
+    """What an adapter receives: the immutable application, the attempt, the lease id."""
+    return {
+        "id": row["id"],
+        "action_kind": row["action_kind"],
+        "action_args": row["action_args"],
+        "execution_target": row["execution_target"],
+        "required_capabilities": row["required_capabilities"],
+        "library_ref": row["library_ref"],
+        "library_content_hash": row["library_content_hash"],
+        "attempt": lease.attempt,
+        "lease_id": lease.lease_id,
+        "deadline_at": lease.deadline_at,
+        "schedule_id": row["schedule_id"],
+    }
+
+
+async def execute_lease(
+    registry: TaskAdapterRegistry,
+    row: Row,
+    lease: Lease,
+    *,
+    cancellation: CancellationToken,
+    lock_timeout_s: float | None = None,
+) -> TaskExecutionResult:
+    """Run the adapter under the deadline watchdog; never raises for adapter failures.
+
+    Adapter lookup happens again here, after the claim: a kind whose adapter disappeared is a
+    typed failure, never a dispatch as another kind (ADR-0072 D4).
+    """
+    adapter = registry.get(lease.action_kind)
+    if adapter is None:
+        return TaskExecutionResult(
+            status="failed",
+            error_detail=f"no adapter registered for action_kind {lease.action_kind!r} on this "
+            f"worker; registered: {', '.join(registry.kinds())}",
+        )
+    started = time.monotonic()
+    budget = max(0.0, lease.deadline_at - lease.claimed_at)
+    tokens = serialization_tokens(row.get("required_capabilities"))
+
+    async def run() -> TaskExecutionResult:
+        if tokens:
+            remaining = max(0.0, budget - (time.monotonic() - started))
+            async with machine_locks(tokens, timeout_s=lock_timeout_s or remaining):
+                return await adapter.execute(task_payload(row, lease), cancellation=cancellation)
+        return await adapter.execute(task_payload(row, lease), cancellation=cancellation)
+
+    job = asyncio.ensure_future(run())
+    try:
+        done, _ = await asyncio.wait({job}, timeout=budget)
+        if job not in done:
+            # Watchdog: ask the adapter to stop, give it a grace period, then cancel it.
+            cancellation.cancel("deadline reached")
+            done, _ = await asyncio.wait({job}, timeout=DEADLINE_CANCEL_GRACE_S)
+            if job not in done:
+                job.cancel()
+                with contextlib.suppress(BaseException):
+                    await job
+            return TaskExecutionResult(
+                status="timed_out",
+                retryable=True,
+                error_detail=f"deadline reached after {budget:.3f}s",
+            )
+        return job.result()
+    except LockTimeout as exc:
+        return TaskExecutionResult(status="failed", retryable=True, error_detail=str(exc))
+    except asyncio.CancelledError:
+        job.cancel()
+        with contextlib.suppress(BaseException):
+            await job
+        raise
+    except Exception as exc:
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return TaskExecutionResult(status="failed", error_detail=f"adapter raised: {detail}")
+
+
+async def settle_lease(
+    db: StateDB,
+    lease: Lease,
+    result: TaskExecutionResult,
+    *,
+    actor: Actor,
+    max_attempts: int,
+    policy: RetryPolicy,
+    now: float | None = None,
+) -> TransitionResult:
+    """Write the terminal (or retry) transition for ``result``; keep it as evidence if stale."""
+    cancel_requested = False
+    if result.status == "cancelled":
+        # running -> cancelled requires a recorded cancellation request (R2).
+        row = await db.fetchone("run_get", {"id": lease.task_id})
+        cancel_requested = bool(row and row["cancel_requested_at"] is not None)
+    when = now if now is not None else await db.now()
+    outcome = outcome_for(
+        result,
+        lease,
+        max_attempts=max_attempts,
+        cancel_requested=cancel_requested,
+        now=when,
+        policy=policy,
+    )
+    transition = await finish_run(
+        db, lease, outcome, actor=actor, evidence_refs=result.evidence_refs, now=when
+    )
+    if not transition.applied:
+        await record_stale_result(db, lease, result, transition.current_state, now=when)
+    return transition

@@ -1,0 +1,322 @@
+"""The ``taskward`` CLI driven as a user drives it: a real subprocess against a real store.
+
+Every test runs on SQLite and PostgreSQL (the ``db_url`` fixture) and passes ``--db``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskward.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK
+
+GENERATED_KEY = re.compile(r"cli:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+Taskward = Callable[..., Run]
+
+
+@pytest.fixture
+def taskward(db_url: str, tmp_path: Path) -> Taskward:
+    """Run ``python -m taskward.cli.main --db <db_url> ARGS`` in a clean environment."""
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("TASKWARD_")}
+
+    def run(*args: str, env: Mapping[str, str] | None = None) -> Run:
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskward.cli.main", "--db", db_url, *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**base_env, **(env or {})},
+            timeout=60,
+        )
+        return Run(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+@pytest.fixture
+def taskward_script(db_url: str, tmp_path: Path) -> Taskward:
+    """Run the installed ``taskward`` console script, as a user's shell would."""
+    script = Path(sys.executable).parent / "taskward"
+    if not script.exists():
+        pytest.skip(f"no console script at {script}; install the package")
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("TASKWARD_")}
+
+    def run(*args: str, env: Mapping[str, str] | None = None) -> Run:
+        proc = subprocess.run(
+            [str(script), "--db", db_url, *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**base_env, **(env or {})},
+            timeout=60,
+        )
+        return Run(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+def assert_no_traceback(run: Run) -> None:
+    assert "Traceback" not in run.stderr, run.stderr
+
+
+def test_migrate_twice_the_second_is_a_no_op(taskward: Taskward) -> None:
+    first = taskward("migrate")
+    assert first.code == EXIT_OK, first.stderr
+    assert "applied 0001_initial" in first.stdout
+
+    second = taskward("migrate", "--json")
+    assert second.code == EXIT_OK, second.stderr
+    assert second.json() == {"applied": []}
+
+
+def test_submit_show_list_and_history_of_a_new_task(taskward: Taskward) -> None:
+    submitted = taskward(
+        "task",
+        "submit",
+        "playbook",
+        "--args",
+        '{"name": "deploy", "n": 2}',
+        "--capability",
+        "gpu",
+        "--capability",
+        "gpu",
+        "--key",
+        "deploy-1",
+        "--json",
+    )
+    assert submitted.code == EXIT_OK, submitted.stderr
+    out = submitted.json()
+    assert out["idempotency_key"] == "deploy-1"
+    assert out["key_generated"] is False
+    task_id = out["task_id"]
+    assert UUID.match(task_id)
+
+    row = taskward("task", "show", task_id, "--json").json()
+    assert row["id"] == task_id
+    assert row["action_kind"] == "play"  # playbook is normalised before storage (R8)
+    assert row["action_args"] == {"name": "deploy", "n": 2}
+    assert row["required_capabilities"] == ["gpu"]
+    assert row["status"] == "queued"
+    assert row["admission_source"] == "cli"
+
+    shown = taskward("task", "show", task_id)
+    assert shown.code == EXIT_OK, shown.stderr
+    assert task_id in shown.stdout
+    assert '"name": "deploy"' in shown.stdout  # JSON columns pretty-printed
+
+    listed = taskward("task", "list")
+    assert listed.code == EXIT_OK, listed.stderr
+    line = next(ln for ln in listed.stdout.splitlines() if task_id in ln)
+    assert line.split()[:5] == [task_id, "queued", "play", "host", "0"]
+
+    history = taskward("task", "history", task_id, "--json")
+    assert history.code == EXIT_OK, history.stderr
+    assert history.json() == {"task_id": task_id, "transitions": []}  # admission writes no fact
+
+
+def test_a_generated_key_is_printed_and_retrying_with_it_returns_the_same_task(
+    taskward: Taskward,
+) -> None:
+    first = taskward("task", "submit", "agent", "--args", '{"objective": "tidy"}')
+    assert first.code == EXIT_OK, first.stderr
+    task_id = first.stdout.strip()
+    assert UUID.match(task_id)
+    match = GENERATED_KEY.search(first.stderr)
+    assert match, first.stderr
+    key = match.group(0)
+    assert f"--key {key}" in first.stderr
+
+    retried = taskward(
+        "task", "submit", "agent", "--args", '{"objective": "tidy"}', "--key", key, "--json"
+    )
+    assert retried.code == EXIT_OK, retried.stderr
+    assert retried.json() == {"task_id": task_id, "idempotency_key": key, "key_generated": False}
+    assert GENERATED_KEY.search(retried.stderr) is None
+
+
+def test_the_same_key_with_different_args_exits_1_naming_the_existing_task(
+    taskward: Taskward,
+) -> None:
+    task_id = taskward("task", "submit", "agent", "--args", '{"a": 1}', "--key", "k").stdout.strip()
+
+    conflict = taskward("task", "submit", "agent", "--args", '{"a": 2}', "--key", "k")
+    assert conflict.code == EXIT_FAILURE
+    assert task_id in conflict.stderr
+    assert conflict.stdout == ""
+    assert len(conflict.stderr.strip().splitlines()) == 1
+    assert_no_traceback(conflict)
+
+    as_json = taskward("task", "submit", "agent", "--args", '{"a": 2}', "--key", "k", "--json")
+    assert as_json.code == EXIT_FAILURE
+    error = json.loads(as_json.stderr)
+    assert error["error"] == "TaskIdempotencyConflict"
+    assert error["existing_task_id"] == task_id
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["task", "submit", "shel"], ["action_kind", "'shel'", "command", "python", "play"]),
+        (["task", "submit", "agent", "--args", "{not json"], ["--args", "JSON"]),
+        (["task", "submit", "agent", "--args", "[1, 2]"], ["--args", "JSON object"]),
+        (
+            ["task", "submit", "agent", "--target", "mars"],
+            ["--target", "'mars'", "host", "local_worktree", "daytona", "remote_agent", "process"],
+        ),
+        (
+            ["task", "submit", "command", "--args", '{"argv": ["echo", "hi"]}'],
+            ["args.argv[0]", "allowlist"],
+        ),
+        (["--import", "no_such_module_xyz", "task", "submit", "agent"], ["--import"]),
+    ],
+    ids=[
+        "unknown-kind",
+        "bad-json",
+        "args-not-object",
+        "unknown-target",
+        "not-allowlisted",
+        "bad-import",
+    ],
+)
+def test_bad_input_exits_2_naming_the_field_and_writes_nothing(
+    taskward: Taskward, argv: list[str], named: list[str]
+) -> None:
+    rejected = taskward(*argv)
+    assert rejected.code == EXIT_BAD_INPUT, rejected.stderr
+    assert rejected.stdout == ""
+    assert_no_traceback(rejected)
+    for word in named:
+        assert word in rejected.stderr
+    assert GENERATED_KEY.search(rejected.stderr) is None  # no key announced for a rejection
+
+    listed = taskward("task", "list", "--json")
+    assert listed.code == EXIT_OK, listed.stderr
+    assert listed.json() == {"tasks": [], "next_cursor": None}
+
+
+def test_an_allowlisted_command_is_admitted(taskward: Taskward) -> None:
+    submitted = taskward(
+        "task",
+        "submit",
+        "command",
+        "--args",
+        '{"argv": ["echo", "hi"]}',
+        env={"TASKWARD_COMMAND_ALLOWLIST": "true,echo"},
+    )
+    assert submitted.code == EXIT_OK, submitted.stderr
+    assert UUID.match(submitted.stdout.strip())
+
+
+def test_cancel_of_a_queued_task_is_immediate_and_recorded(taskward: Taskward) -> None:
+    task_id = taskward("task", "submit", "agent", "--key", "c1").stdout.strip()
+
+    cancelled = taskward(
+        "task", "cancel", task_id, "--key", "stop-1", "--reason", "not needed", "--json"
+    )
+    assert cancelled.code == EXIT_OK, cancelled.stderr
+    assert cancelled.json() == {
+        "task_id": task_id,
+        "state": "cancelled",
+        "current_status": "cancelled",
+        "idempotency_key": "stop-1",
+    }
+
+    replayed = taskward("task", "cancel", task_id, "--key", "stop-1")
+    assert replayed.code == EXIT_OK, replayed.stderr
+    assert replayed.stdout.strip() == "cancelled (status: cancelled)"
+
+    history = taskward("task", "history", task_id)
+    assert history.code == EXIT_OK, history.stderr
+    fact = next(ln for ln in history.stdout.splitlines() if "->" in ln)
+    assert "queued -> cancelled" in fact
+    assert "not needed" in fact
+    assert "operator:" in fact
+
+
+def test_show_history_and_cancel_of_a_missing_task_exit_1(taskward: Taskward) -> None:
+    for argv in (
+        ["task", "show", "no-such-task"],
+        ["task", "history", "no-such-task"],
+        ["task", "cancel", "no-such-task", "--key", "x"],
+    ):
+        missing = taskward(*argv)
+        assert missing.code == EXIT_FAILURE
+        assert missing.stderr.strip() == "taskward: error: task 'no-such-task' not found"
+        assert missing.stdout == ""
+
+
+def test_list_filters_by_status_newest_first_and_pages(taskward: Taskward) -> None:
+    first = taskward("task", "submit", "agent", "--key", "l1").stdout.strip()
+    second = taskward("task", "submit", "flow", "--key", "l2").stdout.strip()
+    third = taskward("task", "submit", "agent", "--key", "l3").stdout.strip()
+    assert taskward("task", "cancel", second, "--key", "x").code == EXIT_OK
+
+    queued = taskward("task", "list", "--status", "queued", "--json").json()
+    assert [t["id"] for t in queued["tasks"]] == [third, first]
+    cancelled = taskward("task", "list", "--status", "cancelled").stdout
+    assert second in cancelled
+    assert first not in cancelled
+
+    page = taskward("task", "list", "--limit", "2")
+    assert page.code == EXIT_OK
+    cursor = re.search(r"--cursor (\S+)", page.stdout)
+    assert cursor, page.stdout
+    rest = taskward("task", "list", "--limit", "2", "--cursor", cursor.group(1), "--json").json()
+    assert [t["id"] for t in rest["tasks"]] == [first]
+    assert rest["next_cursor"] is None
+
+    bad = taskward("task", "list", "--status", "done")
+    assert bad.code == EXIT_BAD_INPUT
+    assert "--status" in bad.stderr
+
+
+def test_the_console_script_imports_task_modules_from_the_working_directory(
+    taskward_script: Taskward, tmp_path: Path
+) -> None:
+    (tmp_path / "cli_greetings.py").write_text(
+        "import taskward\n\n\n@taskward.task('greet')\ndef greet(name: str) -> str:\n"
+        "    return f'hello {name}'\n"
+    )
+    submitted = taskward_script(
+        "--import",
+        "cli_greetings",
+        "task",
+        "submit",
+        "greet",
+        "--args",
+        '{"name": "ada"}',
+        "--key",
+        "g1",
+        "--json",
+    )
+    assert submitted.code == EXIT_OK, submitted.stderr
+    task_id = submitted.json()["task_id"]
+
+    row = taskward_script("task", "show", task_id, "--json").json()
+    assert row["action_kind"] == "greet"
+
+    unknown = taskward_script("task", "submit", "greet")  # not imported: not registered
+    assert unknown.code == EXIT_BAD_INPUT
+    assert "registered kinds" in unknown.stderr

@@ -1,0 +1,549 @@
+"""The worker functions (ADR-0071 D4/D5, ADR-0072 D4/D5, R4-R7) on both backends, time injected."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+
+import taskward
+from taskward import Actor, TaskExecutionResult
+from taskward.adapters import AdapterConfig, build_registry
+from taskward.claims import Lease, WorkerSpec, claim_runs
+from taskward.execution import RetryPolicy, execute_lease, settle_lease
+from taskward.maintenance.reaper import promote_due_retries, reap_deadlines
+from taskward.registry import CancellationToken, TaskAdapterRegistry
+from taskward.settings import set_max_attempts
+from taskward.store.port import StateDB
+
+MODULE = "tests.integration.worker_tasks"
+REGISTRY = build_registry(
+    AdapterConfig(
+        python_modules=frozenset({MODULE}),
+        imports=(MODULE,),
+        command_allowlist=frozenset({"true", "false"}),
+    )
+)
+NO_JITTER = RetryPolicy(base_s=10.0, factor=2.0, cap_s=100.0, jitter=0.0)
+T0 = 1_000_000.0
+
+
+async def submit(
+    db: StateDB, kind: str = "noop", args: dict | None = None, *, now: float = T0, **fields: object
+) -> str:
+    app = taskward.TaskApplication(
+        action_kind=kind,
+        args=args or {},
+        execution_target=fields.pop("target", "host"),  # type: ignore[arg-type]
+        idempotency_key=f"k-{uuid.uuid4()}",
+        **fields,
+    )  # type: ignore[arg-type]
+    return await taskward.submit_task(db, app, registry=REGISTRY, now=now)
+
+
+def spec(worker_id: str = "host:aaaaaaaa", **changes: object) -> WorkerSpec:
+    values: dict[str, object] = {"worker_id": worker_id, "kinds": REGISTRY.kinds()}
+    values.update(changes)
+    return WorkerSpec(**values)  # type: ignore[arg-type]
+
+
+async def status(db: StateDB, task_id: str) -> str:
+    return str((await taskward.get_task(db, task_id))["status"])
+
+
+async def statuses(db: StateDB, task_id: str) -> list[str]:
+    return [f["status"] for f in await taskward.list_transitions(db, task_id)]
+
+
+# -- heartbeats and the tick ----------------------------------------------------------------
+
+
+async def test_tick_heartbeats_then_claims_and_completes(db: StateDB) -> None:
+    task_id = await submit(db)
+    counts = await taskward.worker_tick(db, worker_id="host:00000001", registry=REGISTRY, now=T0)
+    assert counts["executed"] == 1
+    worker = await db.fetchone("worker_get", {"worker_id": "host:00000001"})
+    assert worker is not None and worker["last_heartbeat_at"] == T0
+    assert worker["execution_targets"] == ["host"]
+    assert "noop" in worker["served_kinds"]
+    row = await taskward.get_task(db, task_id)
+    assert row["status"] == "completed" and row["exit_code"] == 0 and row["ended_at"] == T0
+    assert await statuses(db, task_id) == ["running", "completed"]
+    facts = await taskward.list_transitions(db, task_id)
+    assert {f["lease_id"] for f in facts} == {"host:00000001/1"}
+
+
+async def test_a_stale_known_worker_claims_nothing_an_unknown_one_may(db: StateDB) -> None:
+    await submit(db)
+    await taskward.register_heartbeat(db, worker_id="host:stale000", now=T0 - 91)
+    assert await claim_runs(db, spec("host:stale000"), now=T0) == []
+    await taskward.register_heartbeat(db, worker_id="host:fresh000", now=T0 - 90)
+    assert len(await claim_runs(db, spec("host:fresh000"), now=T0)) == 1
+
+
+async def test_claim_writes_lease_fields_and_covers_the_deadline(db: StateDB) -> None:
+    short = await submit(db, "nap", {"seconds": 0, "timeout_s": 10})
+    long = await submit(db, "nap", {"seconds": 0, "timeout_s": 1000}, now=T0 + 1)
+    leases = {lease.task_id: lease for lease in await claim_runs(db, spec(), now=T0 + 5)}
+    short_row, long_row = await taskward.get_task(db, short), await taskward.get_task(db, long)
+    assert short_row["leased_by"] == "host:aaaaaaaa" and short_row["lease_attempts"] == 1
+    assert short_row["deadline_at"] == T0 + 15
+    assert short_row["lease_expires_at"] == T0 + 5 + 300  # lease_ttl dominates
+    assert long_row["deadline_at"] == T0 + 1005
+    assert long_row["lease_expires_at"] == T0 + 1005 + 30  # deadline + slack dominates
+    assert leases[long].lease_id == "host:aaaaaaaa/1"
+
+
+async def test_two_claimers_never_share_a_row(db: StateDB, db_url: str) -> None:
+    ids = {await submit(db) for _ in range(30)}
+    other = await taskward.open_db(db_url)
+    try:
+        a, b = await asyncio.gather(
+            claim_runs(db, spec("host:aaaaaaaa"), now=T0),
+            claim_runs(other, spec("host:bbbbbbbb"), now=T0),
+        )
+        a2, b2 = await asyncio.gather(
+            claim_runs(db, spec("host:aaaaaaaa"), now=T0),
+            claim_runs(other, spec("host:bbbbbbbb"), now=T0),
+        )
+    finally:
+        await other.close()
+    claimed = [lease.task_id for lease in a + b + a2 + b2]
+    assert len(claimed) == len(set(claimed)) == 30
+    assert set(claimed) == ids
+    assert all(len(batch) <= 20 for batch in (a, b, a2, b2))
+
+
+# -- routing --------------------------------------------------------------------------------
+
+
+async def test_target_and_capability_filters_leave_unservable_rows_queued(db: StateDB) -> None:
+    wrong_target = await submit(db, target="daytona")
+    needs_gpu = await submit(db, required_capabilities=["gpu"])
+    fine = await submit(db, required_capabilities=["warmed-cache"])  # affinity never filters
+    leases = await claim_runs(db, spec(capabilities=["linux"]), now=T0)
+    assert [lease.task_id for lease in leases] == [fine]
+    assert await status(db, wrong_target) == await status(db, needs_gpu) == "queued"
+    leases = await claim_runs(
+        db, spec(capabilities=["gpu"], execution_targets=["daytona", "host"]), now=T0
+    )
+    assert {lease.task_id for lease in leases} == {wrong_target, needs_gpu}
+
+
+async def test_only_kinds_the_registry_serves_are_claimed(db: StateDB) -> None:
+    await submit(db, "agent", {"objective": "x"})
+    noop = await submit(db)
+    leases = await claim_runs(db, spec(kinds=["noop"]), now=T0)
+    assert [lease.task_id for lease in leases] == [noop]
+
+
+async def test_affinity_orders_with_stable_ties(db: StateDB) -> None:
+    plain1 = await submit(db, now=T0)
+    warm1 = await submit(db, required_capabilities=["warmed-cache"], now=T0 + 1)
+    plain2 = await submit(db, now=T0 + 2)
+    warm2 = await submit(db, required_capabilities=["warmed-cache"], now=T0 + 3)
+    leases = await claim_runs(db, spec(capabilities=["warmed-cache"]), now=T0 + 10)
+    assert [lease.task_id for lease in leases] == [warm1, warm2, plain1, plain2]
+    await set_max_attempts(db, 3)
+
+
+async def test_paging_reaches_eligible_rows_behind_an_ineligible_prefix(
+    db: StateDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(60):
+        await submit(db, target="daytona", now=T0 + i)
+    eligible = [await submit(db, now=T0 + 100 + i) for i in range(3)]
+    leases = await claim_runs(db, spec(), now=T0 + 200)
+    assert [lease.task_id for lease in leases] == eligible
+    # with a scan cap below the prefix, the pass stops before reaching them
+    for task_id in eligible:
+        await taskward.request_task_cancel(
+            db, task_id, actor=Actor(type="operator", id="t"), idempotency_key="c"
+        )
+    late = await submit(db, now=T0 + 300)
+    monkeypatch.setattr("taskward.claims.CLAIM_SCAN_CAP", 50)
+    assert await claim_runs(db, spec(), now=T0 + 400) == []
+    monkeypatch.setattr("taskward.claims.CLAIM_SCAN_CAP", 5000)
+    assert [lease.task_id for lease in await claim_runs(db, spec(), now=T0 + 400)] == [late]
+
+
+async def test_serialization_keys_block_running_rows_and_within_a_pass(db: StateDB) -> None:
+    first = await submit(db, required_capabilities=["gpu-exclusive"], now=T0)
+    second = await submit(db, required_capabilities=["gpu-exclusive"], now=T0 + 1)
+    other = await submit(db, now=T0 + 2)
+    gpu = spec(capabilities=["gpu-exclusive"])
+    leases = await claim_runs(db, gpu, now=T0 + 5)
+    assert {lease.task_id for lease in leases} == {first, other}
+    assert (
+        await claim_runs(db, spec("host:bbbbbbbb", capabilities=["gpu-exclusive"]), now=T0 + 6)
+        == []
+    )
+    lease = next(lease for lease in leases if lease.task_id == first)
+    await settle_lease(
+        db,
+        lease,
+        TaskExecutionResult(status="completed"),
+        actor=gpu.actor,
+        max_attempts=3,
+        policy=NO_JITTER,
+        now=T0 + 7,
+    )
+    assert [lease.task_id for lease in await claim_runs(db, gpu, now=T0 + 8)] == [second]
+
+
+# -- terminal writes and ownership (R4) -------------------------------------------------------
+
+
+async def test_failure_records_exit_code_and_detail(db: StateDB) -> None:
+    task_id = await submit(db, "boom", {"message": "kaput"})
+    await taskward.claim_and_execute(db, worker_id="host:aaaaaaaa", registry=REGISTRY, now=T0)
+    row = await taskward.get_task(db, task_id)
+    assert row["status"] == "failed" and row["exit_code"] == 1
+    assert "kaput" in row["error_detail"]
+    assert row["status_reason_code"] == "execution_failed"
+
+
+async def test_command_exit_code_reaches_the_row(db: StateDB) -> None:
+    task_id = await submit(db, "command", {"argv": ["false"]})
+    await taskward.claim_and_execute(db, worker_id="host:aaaaaaaa", registry=REGISTRY, now=T0)
+    row = await taskward.get_task(db, task_id)
+    assert (row["status"], row["exit_code"]) == ("failed", 1)
+    evidence = (await taskward.list_transitions(db, task_id))[-1]["evidence_refs"]
+    assert evidence and evidence[0]["kind"] == "process"
+
+
+async def test_terminal_write_after_nominal_expiry_applies_if_nothing_changed(
+    db: StateDB,
+) -> None:
+    task_id = await submit(db)
+    [lease] = await claim_runs(db, spec(), now=T0)
+    late = lease.lease_expires_at + 3600
+    result = await settle_lease(
+        db,
+        lease,
+        TaskExecutionResult(status="completed"),
+        actor=spec().actor,
+        max_attempts=3,
+        policy=NO_JITTER,
+        now=late,
+    )
+    assert result.applied and await status(db, task_id) == "completed"
+
+
+async def test_a_reclaimed_rows_stale_owner_loses_and_its_result_is_only_evidence(
+    db: StateDB,
+) -> None:
+    task_id = await submit(db)
+    [stale] = await claim_runs(db, spec("host:aaaaaaaa"), now=T0)
+    counts = await taskward.reap_expired_leases(
+        db, now=stale.lease_expires_at + 1, retry_policy=NO_JITTER
+    )
+    assert counts["retry_wait"] == 1
+    await promote_due_retries(db, now=stale.lease_expires_at + 100)
+    [fresh] = await claim_runs(db, spec("host:bbbbbbbb"), now=stale.lease_expires_at + 100)
+    assert fresh.attempt == 2
+    result = await settle_lease(
+        db,
+        stale,
+        TaskExecutionResult(status="completed", exit_code=0),
+        actor=spec().actor,
+        max_attempts=3,
+        policy=NO_JITTER,
+    )
+    assert result.conflict and result.current_state == "running"
+    assert await statuses(db, task_id) == ["running", "retry_wait", "queued", "running"]
+    events = await taskward.list_task_events(db, task_id)
+    stale_events = [e for e in events if e["kind"] == "stale_result"]
+    assert len(stale_events) == 1 and stale_events[0]["payload"]["lease_id"] == stale.lease_id
+    row = await taskward.get_task(db, task_id)
+    assert row["leased_by"] == "host:bbbbbbbb" and row["exit_code"] is None
+
+
+# -- recovery (ADR-0072 D5) -------------------------------------------------------------------
+
+
+async def test_expiry_is_strict_and_moves_through_retry_wait_with_backoff(db: StateDB) -> None:
+    task_id = await submit(db)
+    [lease] = await claim_runs(db, spec(), now=T0)
+    assert (await taskward.reap_expired_leases(db, now=lease.lease_expires_at))["expired"] == 0
+    counts = await taskward.reap_expired_leases(
+        db, now=lease.lease_expires_at + 0.001, retry_policy=NO_JITTER
+    )
+    assert counts["retry_wait"] == 1
+    row = await taskward.get_task(db, task_id)
+    assert row["status"] == "retry_wait" and row["leased_by"] is None
+    assert row["lease_expires_at"] is None
+    assert row["retry_at"] == pytest.approx(lease.lease_expires_at + 0.001 + 10.0)
+    assert row["status_reason_code"] == "lease_expired"
+    # not due yet, then due (retry_at <= now)
+    assert (await promote_due_retries(db, now=row["retry_at"] - 0.001))["queued"] == 0
+    assert (await promote_due_retries(db, now=row["retry_at"]))["queued"] == 1
+    row = await taskward.get_task(db, task_id)
+    assert row["status"] == "queued" and row["queued_at"] == row["updated_at"]
+    assert row["status_reason_code"] == "retry_ready"
+
+
+async def test_backoff_grows_exponentially_with_bounded_jitter() -> None:
+    assert [NO_JITTER.delay(a) for a in (1, 2, 3, 4, 5)] == [10, 20, 40, 80, 100]
+    jittery = RetryPolicy(base_s=10, jitter=0.2)
+    assert jittery.delay(1, rng=lambda: 0.0) == 8.0 and jittery.delay(1, rng=lambda: 1.0) == 12.0
+
+
+async def test_attempts_exhausted_by_expiry_fail_at_the_stored_ceiling(db: StateDB) -> None:
+    await set_max_attempts(db, 2)
+    task_id = await submit(db)
+    now = T0
+    for _ in range(2):
+        await promote_due_retries(db, now=now)
+        [lease] = await claim_runs(db, spec(), now=now)
+        now = lease.lease_expires_at + 1
+        await taskward.reap_expired_leases(db, now=now, retry_policy=NO_JITTER)
+        now += 1000
+    row = await taskward.get_task(db, task_id)
+    assert row["status"] == "failed" and row["lease_attempts"] == 2
+    assert row["status_reason_code"] == "attempts_exhausted"
+    assert await statuses(db, task_id) == ["running", "retry_wait", "queued", "running", "failed"]
+
+
+async def test_rows_at_the_ceiling_are_never_claimed(db: StateDB) -> None:
+    task_id = await submit(db)
+    [lease] = await claim_runs(db, spec(), now=T0)
+    await taskward.reap_expired_leases(db, now=lease.lease_expires_at + 1, retry_policy=NO_JITTER)
+    await promote_due_retries(db, now=T0 + 10_000)
+    await set_max_attempts(db, 1)  # the shared ceiling drops below the row's attempts
+    assert await claim_runs(db, spec(), now=T0 + 10_001) == []
+    assert await status(db, task_id) == "queued"
+
+
+async def test_two_reapers_racing_write_one_fact(db: StateDB, db_url: str) -> None:
+    task_ids = [await submit(db) for _ in range(10)]
+    leases = await claim_runs(db, spec(), now=T0)
+    late = max(lease.lease_expires_at for lease in leases) + 1
+    other = await taskward.open_db(db_url)
+    try:
+        a, b = await asyncio.gather(
+            taskward.reap_expired_leases(db, now=late, retry_policy=NO_JITTER),
+            taskward.reap_expired_leases(other, now=late, retry_policy=NO_JITTER),
+        )
+    finally:
+        await other.close()
+    assert a["retry_wait"] + b["retry_wait"] == 10
+    for task_id in task_ids:
+        assert await statuses(db, task_id) == ["running", "retry_wait"]
+
+
+async def test_reaper_and_terminal_write_race_has_one_winner(db: StateDB, db_url: str) -> None:
+    other = await taskward.open_db(db_url)
+    try:
+        for _ in range(8):
+            task_id = await submit(db)
+            [lease] = await claim_runs(db, spec(), now=T0)
+            late = lease.lease_expires_at + 1
+            finish = settle_lease(
+                db,
+                lease,
+                TaskExecutionResult(status="completed"),
+                actor=spec().actor,
+                max_attempts=3,
+                policy=NO_JITTER,
+                now=late,
+            )
+            reap = taskward.reap_expired_leases(other, now=late, retry_policy=NO_JITTER)
+            await asyncio.gather(finish, reap)
+            history = await statuses(db, task_id)
+            assert history in (["running", "completed"], ["running", "retry_wait"])
+    finally:
+        await other.close()
+
+
+async def test_retryable_failure_retries_then_stops_at_the_ceiling(db: StateDB) -> None:
+    task_id = await submit(db, "flaky")
+    now = T0
+    for _ in range(3):
+        await promote_due_retries(db, now=now)
+        await taskward.claim_and_execute(
+            db, worker_id="host:aaaaaaaa", registry=REGISTRY, now=now, retry_policy=NO_JITTER
+        )
+        now += 1000
+    row = await taskward.get_task(db, task_id)
+    assert row["status"] == "failed" and row["status_reason_code"] == "attempt_ceiling"
+    fact = (await taskward.list_transitions(db, task_id))[-1]
+    assert fact["metadata"]["attempt_ceiling"] == 3
+    assert await statuses(db, task_id) == ["running", "retry_wait", "queued"] * 2 + [
+        "running",
+        "failed",
+    ]
+
+
+async def test_plain_failure_fails_at_once(db: StateDB) -> None:
+    task_id = await submit(db, "boom")
+    await taskward.claim_and_execute(db, worker_id="host:aaaaaaaa", registry=REGISTRY, now=T0)
+    assert await statuses(db, task_id) == ["running", "failed"]
+
+
+# -- deadlines (R5) ---------------------------------------------------------------------------
+
+
+async def test_owner_watchdog_reports_a_deadline_as_retryable(db: StateDB) -> None:
+    task_id = await submit(db, "nap", {"seconds": 30, "timeout_s": 0.2})
+    await taskward.claim_and_execute(
+        db, worker_id="host:aaaaaaaa", registry=REGISTRY, retry_policy=NO_JITTER
+    )
+    row = await taskward.get_task(db, task_id)
+    assert row["status"] == "retry_wait" and row["status_reason_code"] == "deadline_exceeded"
+
+
+async def test_deadline_at_the_ceiling_is_a_terminal_timed_out(db: StateDB) -> None:
+    await set_max_attempts(db, 1)
+    task_id = await submit(db, "nap", {"seconds": 30, "timeout_s": 0.2})
+    await taskward.claim_and_execute(db, worker_id="host:aaaaaaaa", registry=REGISTRY)
+    row = await taskward.get_task(db, task_id)
+    assert row["status"] == "timed_out" and row["status_reason_code"] == "attempt_ceiling"
+
+
+async def test_deadline_reaper_times_out_only_a_heartbeating_owner(db: StateDB) -> None:
+    alive = await submit(db, "nap", {"seconds": 1, "timeout_s": 100})
+    dead = await submit(db, "nap", {"seconds": 1, "timeout_s": 100}, now=T0 + 1)
+    await taskward.register_heartbeat(db, worker_id="host:alive000", now=T0)
+    await taskward.register_heartbeat(db, worker_id="host:dead0000", now=T0)
+    [a] = await claim_runs(db, spec("host:alive000", kinds=["nap"]), limit=1, now=T0 + 2)
+    [d] = await claim_runs(db, spec("host:dead0000", kinds=["nap"]), limit=1, now=T0 + 2)
+    assert {a.task_id, d.task_id} == {alive, dead}
+    past = a.deadline_at + 30  # deadline + grace
+    await taskward.register_heartbeat(db, worker_id="host:alive000", now=past - 1)
+    assert (await reap_deadlines(db, now=past - 0.01))["timed_out"] == 0
+    counts = await reap_deadlines(db, now=past)
+    assert counts["timed_out"] == 1
+    assert await status(db, a.task_id) == "timed_out"
+    assert await status(db, d.task_id) == "running"  # left to lease expiry
+    late = await settle_lease(
+        db,
+        a,
+        TaskExecutionResult(status="completed"),
+        actor=spec().actor,
+        max_attempts=3,
+        policy=NO_JITTER,
+    )
+    assert late.conflict  # adapter cleanup cannot overwrite the timeout
+
+
+# -- cancellation (ADR-0072 D5) ---------------------------------------------------------------
+
+
+async def test_queued_cancel_is_never_claimed(db: StateDB) -> None:
+    task_id = await submit(db)
+    await taskward.request_task_cancel(
+        db, task_id, actor=Actor(type="operator", id="t"), idempotency_key="c"
+    )
+    assert await claim_runs(db, spec(), now=T0) == []
+
+
+async def test_running_cancel_reaches_the_adapter_and_is_acknowledged(
+    db: StateDB, tmp_path: Path
+) -> None:
+    marker = tmp_path / "started"
+    task_id = await submit(db, "until_cancelled", {"marker": str(marker)})
+    run = asyncio.create_task(
+        taskward.claim_and_execute(db, worker_id="host:aaaaaaaa", registry=REGISTRY)
+    )
+    for _ in range(500):
+        if marker.exists():
+            break
+        await asyncio.sleep(0.01)
+    result = await taskward.request_task_cancel(
+        db, task_id, actor=Actor(type="operator", id="t"), idempotency_key="c"
+    )
+    assert result.state == "cancellation_requested"
+    await asyncio.wait_for(run, 10)
+    row = await taskward.get_task(db, task_id)
+    assert row["status"] == "cancelled" and row["status_reason_code"] == "cancel_acknowledged"
+
+
+async def test_completion_racing_cancellation_first_terminal_wins(db: StateDB) -> None:
+    task_id = await submit(db)
+    [lease] = await claim_runs(db, spec(), now=T0)
+    await taskward.request_task_cancel(
+        db, task_id, actor=Actor(type="operator", id="t"), idempotency_key="c", now=T0 + 1
+    )
+    done = await settle_lease(
+        db,
+        lease,
+        TaskExecutionResult(status="completed"),
+        actor=spec().actor,
+        max_attempts=3,
+        policy=NO_JITTER,
+        now=T0 + 2,
+    )
+    assert done.applied and await status(db, task_id) == "completed"
+    later = await taskward.request_task_cancel(
+        db, task_id, actor=Actor(type="operator", id="t"), idempotency_key="c2"
+    )
+    assert later.state == "already_terminal"
+
+
+async def test_a_cancelled_result_without_a_request_is_a_failure(db: StateDB) -> None:
+    task_id = await submit(db)
+    [lease] = await claim_runs(db, spec(), now=T0)
+    await settle_lease(
+        db,
+        lease,
+        TaskExecutionResult(status="cancelled"),
+        actor=spec().actor,
+        max_attempts=3,
+        policy=NO_JITTER,
+        now=T0 + 1,
+    )
+    assert await status(db, task_id) == "failed"
+
+
+async def test_reaped_task_with_pending_cancel_goes_to_cancelled_not_back_to_work(
+    db: StateDB,
+) -> None:
+    task_id = await submit(db)
+    [lease] = await claim_runs(db, spec(), now=T0)
+    await taskward.request_task_cancel(
+        db, task_id, actor=Actor(type="operator", id="t"), idempotency_key="c", now=T0 + 1
+    )
+    await taskward.reap_expired_leases(db, now=lease.lease_expires_at + 1, retry_policy=NO_JITTER)
+    assert await statuses(db, task_id) == ["running", "retry_wait", "cancelled"]
+
+
+# -- adapters after the claim ------------------------------------------------------------------
+
+
+async def test_adapter_lookup_after_claim_fails_typed_when_the_kind_vanished(db: StateDB) -> None:
+    task_id = await submit(db)
+    [lease] = await claim_runs(db, spec(), now=T0)
+    row = await taskward.get_task(db, task_id)
+    result = await execute_lease(
+        TaskAdapterRegistry(), row, lease, cancellation=CancellationToken()
+    )
+    assert result.status == "failed" and "no adapter registered" in (result.error_detail or "")
+
+
+async def test_legacy_execute_function_is_honoured(db: StateDB) -> None:
+    ok = await submit(db, now=T0)
+    bad = await submit(db, now=T0 + 1)
+    seen: list[str] = []
+
+    async def execute(task: dict) -> tuple[int, str]:
+        seen.append(task["id"])
+        return (0, "") if task["id"] == ok else (3, "nope")
+
+    assert (
+        await taskward.claim_and_execute(
+            db, worker_id="host:aaaaaaaa", execute=execute, registry=REGISTRY, now=T0 + 5
+        )
+        == 2
+    )
+    assert seen == [ok, bad]
+    assert (await taskward.get_task(db, bad))["exit_code"] == 3
+    assert await status(db, ok) == "completed"
+
+
+async def test_lease_guard_includes_owner_expiry_and_attempt() -> None:
+    lease = Lease("t", "host:a", 2, 10.0, 5.0, 1.0, "noop")
+    assert lease.guard() == {"leased_by": "host:a", "lease_expires_at": 10.0, "lease_attempts": 2}
+    assert lease.lease_id == "host:a/2"

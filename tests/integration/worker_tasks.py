@@ -1,0 +1,47 @@
+"""Task functions the worker tests run through the python adapter."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import taskward
+from taskward import CancellationToken, TaskExecutionResult
+
+
+@taskward.task()
+async def noop() -> None:
+    return None
+
+
+@taskward.task()
+async def boom(message: str = "boom") -> None:
+    raise RuntimeError(message)
+
+
+@taskward.task()
+async def flaky() -> TaskExecutionResult:
+    return TaskExecutionResult(status="failed", error_detail="transient", retryable=True)
+
+
+@taskward.task()
+async def nap(seconds: float, timeout_s: float | None = None) -> None:
+    await asyncio.sleep(seconds)
+
+
+@taskward.task()
+async def until_cancelled(cancellation: CancellationToken, marker: str | None = None) -> None:
+    if marker:
+        Path(marker).write_text(str(os.getpid()))
+    await cancellation.wait()
+    raise asyncio.CancelledError
+
+
+@taskward.task()
+async def touch(path: str) -> None:
+    Path(path).write_text("done")
+
+
+def plain(x: int) -> int:
+    return x * 2
