@@ -5,132 +5,41 @@ No SQL and no dialect here; errors become exit codes in ``taskward.cli.errors`` 
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import importlib
-import json
 import logging
-import os
 import sys
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Sequence
 
 import click
 
 from taskward import (
-    Actor,
-    AdapterConfig,
     StateDB,
     Status,
-    TaskAdapterRegistry,
     TaskApplication,
-    TaskValidationError,
-    build_registry,
     get_task,
     list_tasks,
     list_transitions,
-    open_db,
     request_task_cancel,
     submit_task,
 )
 from taskward.admission import validate_application
+from taskward.cli.common import (
+    CliState,
+    generated_key,
+    json_option,
+    operator,
+    parse_args,
+    pass_state,
+    registry_for,
+    with_db,
+)
 from taskward.cli.errors import EXIT_OK, report
-from taskward.cli.output import Output
+from taskward.cli.worker_cmd import task_wait, worker
 from taskward.models import DEFAULT_EXECUTION_TARGET, EXECUTION_TARGETS
 from taskward.reads import MAX_LIST_LIMIT
 from taskward.registry import DEFAULT_ALIASES
 from taskward.store.open import DEFAULT_URL, ENV_VAR
 
-T = TypeVar("T")
-
 DEFAULT_LIST_LIMIT = 20
-
-
-@dataclass
-class CliState:
-    """Per-invocation state handed to every command (no module-level singletons)."""
-
-    db_url: str = DEFAULT_URL
-    imports: tuple[str, ...] = ()
-    output: Output = field(default_factory=Output)
-
-
-pass_state = click.make_pass_decorator(CliState, ensure=True)
-
-
-def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    ctx.ensure_object(CliState).output.is_json = value
-
-
-json_option = click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    is_eager=True,
-    expose_value=False,
-    callback=_set_json,
-    help="Print machine-readable JSON instead of tables.",
-)
-
-
-def _with_db(url: str, work: Callable[[StateDB], Awaitable[T]]) -> T:
-    """Open the store, run ``work`` once and close it: the sync edge of the async core."""
-
-    async def run() -> T:
-        async with open_db(url) as db:
-            return await work(db)
-
-    return asyncio.run(run())
-
-
-def _generated_key() -> str:
-    return f"cli:{uuid.uuid4()}"
-
-
-def _operator() -> Actor:
-    return Actor(type="operator", id=os.environ.get("USER") or os.environ.get("USERNAME") or "cli")
-
-
-def _parse_args(text: str) -> dict[str, Any]:
-    """``--args`` is JSON only (json.loads; never evaluated) and must be an object."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TaskValidationError(
-            "--args",
-            text,
-            "a JSON object",
-            message=f"--args is not valid JSON ({exc}); pass a JSON object such as '{{\"a\": 1}}'",
-        ) from exc
-    if not isinstance(value, dict):
-        raise TaskValidationError(
-            "--args",
-            text,
-            "a JSON object",
-            message=f"--args must be a JSON object, not a JSON {type(value).__name__}",
-        )
-    return value
-
-
-def _registry(state: CliState) -> TaskAdapterRegistry:
-    """The built-in adapters plus ``TASKWARD_IMPORTS`` and ``--import`` modules."""
-    config = AdapterConfig.from_env()
-    imports = tuple(dict.fromkeys((*config.imports, *state.imports)))
-    if imports and os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())  # `--import tasks` finds ./tasks.py, as python -m would
-    for name in imports:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise TaskValidationError(
-                "--import",
-                name,
-                "an importable module",
-                message=f"--import {name!r} (or TASKWARD_IMPORTS) cannot be imported: {exc}",
-            ) from exc
-    return build_registry(dataclasses.replace(config, imports=imports))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -170,7 +79,7 @@ def migrate(state: CliState) -> None:
     async def work(db: StateDB) -> list[str]:
         return await db.migrate()
 
-    applied = _with_db(url, work)
+    applied = with_db(url, work)
     out = state.output
     if out.is_json:
         out.json({"applied": applied})
@@ -230,15 +139,15 @@ def task_submit(
 ) -> None:
     """Submit a task of action KIND and print its id."""
     out = state.output
-    args = _parse_args(args_text)
-    registry = _registry(state)
+    args = parse_args(args_text)
+    registry = registry_for(state)
     generated = key is None
     # ADR-0072 D1: the CLI generates a key only when the caller omits one.
     app = TaskApplication(
         action_kind=kind,
         args=args,
         execution_target=target,
-        idempotency_key=_generated_key() if key is None else key,
+        idempotency_key=generated_key() if key is None else key,
         required_capabilities=list(capabilities),
         library_ref=library_ref,
         library_content_hash=library_hash,
@@ -255,7 +164,7 @@ def task_submit(
     async def work(db: StateDB) -> str:
         return await submit_task(db, app, registry=registry, admission_source="cli")
 
-    task_id = _with_db(state.db_url, work)
+    task_id = with_db(state.db_url, work)
     if out.is_json:
         out.json(
             {"task_id": task_id, "idempotency_key": app.idempotency_key, "key_generated": generated}
@@ -270,7 +179,7 @@ def task_submit(
 @pass_state
 def task_show(state: CliState, task_id: str) -> None:
     """Show one task's row."""
-    row = _with_db(state.db_url, lambda db: get_task(db, task_id))
+    row = with_db(state.db_url, lambda db: get_task(db, task_id))
     if state.output.is_json:
         state.output.json(row)
     else:
@@ -302,7 +211,7 @@ def task_list(
     """List tasks, newest first."""
     if kind is not None:
         kind = DEFAULT_ALIASES.get(kind, kind)  # stored kinds are canonical (R8)
-    rows, next_cursor = _with_db(
+    rows, next_cursor = with_db(
         state.db_url,
         lambda db: list_tasks(
             db, status=status, action_kind=kind, execution_target=target, limit=limit, cursor=cursor
@@ -320,7 +229,7 @@ def task_list(
 @pass_state
 def task_history(state: CliState, task_id: str) -> None:
     """Show a task's status transitions, oldest first."""
-    facts = _with_db(state.db_url, lambda db: list_transitions(db, task_id))
+    facts = with_db(state.db_url, lambda db: list_transitions(db, task_id))
     if state.output.is_json:
         state.output.json({"task_id": task_id, "transitions": facts})
     else:
@@ -337,12 +246,12 @@ def task_cancel(state: CliState, task_id: str, key: str | None, reason: str) -> 
     """Cancel a task: at once when no worker holds it, else ask its worker to stop."""
     out = state.output
     if key is None:
-        key = _generated_key()
+        key = generated_key()
         out.notice(
             f"generated idempotency key {key}; to retry this request safely, pass --key {key}"
         )
-    actor = _operator()
-    result = _with_db(
+    actor = operator()
+    result = with_db(
         state.db_url,
         lambda db: request_task_cancel(
             db, task_id, actor=actor, idempotency_key=key, reason=reason
@@ -357,6 +266,10 @@ def task_cancel(state: CliState, task_id: str, key: str | None, reason: str) -> 
             "the worker holding the task stops it cooperatively; "
             f"watch with: taskward task history {task_id}"
         )
+
+
+cli.add_command(worker)
+task.add_command(task_wait)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

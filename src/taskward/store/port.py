@@ -29,6 +29,7 @@ JSON_COLUMNS: Final[frozenset[str]] = frozenset(
         "advertised_capabilities",
         "execution_targets",
         "served_kinds",
+        "summary",
     }
 )
 

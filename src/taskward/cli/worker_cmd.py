@@ -1,0 +1,264 @@
+"""``taskward worker``: the resident host over the local store, and ``taskward task wait``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from taskward import StateDB, get_task, list_transitions, open_db
+from taskward.cli.common import CliState, json_option, pass_state, registry_for
+from taskward.host.models import Task
+from taskward.lifecycle import TERMINAL
+from taskward.models import EXECUTION_TARGETS
+from taskward.runtime import WorkerConfig, WorkerRuntime
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+@click.command("worker")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1024),
+    default=8,
+    show_default=True,
+    help="Tasks run at once (leases held never exceed it).",
+)
+@click.option(
+    "--capability",
+    "capabilities",
+    multiple=True,
+    metavar="X",
+    help="A capability this worker advertises (repeatable).",
+)
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    type=click.Choice(sorted(EXECUTION_TARGETS)),
+    help="An execution target this worker serves (repeatable; default host).",
+)
+@click.option("--worker-id", help="Worker id (default host:<8 hex>).")
+@click.option(
+    "--lease-ttl",
+    type=click.FloatRange(min=0.1),
+    default=300.0,
+    show_default=True,
+    help="Lease length in seconds (a lease always covers the task's deadline).",
+)
+@click.option(
+    "--heartbeat-interval",
+    type=click.FloatRange(min=0.05),
+    default=10.0,
+    show_default=True,
+    help="Seconds between heartbeats.",
+)
+@click.option(
+    "--reap-interval",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="Seconds between reaper passes.",
+)
+@click.option(
+    "--default-timeout",
+    type=click.FloatRange(min=0.01),
+    default=240.0,
+    show_default=True,
+    help="Deadline of tasks whose args carry no timeout_s.",
+)
+@click.option(
+    "--lease-slack",
+    type=click.FloatRange(min=0.0),
+    default=30.0,
+    show_default=True,
+    help="Seconds a lease outlives its deadline.",
+)
+@click.option(
+    "--retry-base",
+    type=click.FloatRange(min=0.0),
+    default=2.0,
+    show_default=True,
+    help="First retry delay in seconds (doubles per attempt, with jitter).",
+)
+@click.option(
+    "--memory-limit-mb",
+    type=click.FloatRange(min=1.0),
+    help="Drain and exit 75 (restart me) above this resident memory.",
+)
+@click.option(
+    "--burst",
+    is_flag=True,
+    help="Exit 0 once no claimable work is left (for batch jobs and tests).",
+)
+@click.option("--quiet", is_flag=True, help="No per-task lines.")
+@pass_state
+def worker(
+    state: CliState,
+    concurrency: int,
+    capabilities: tuple[str, ...],
+    targets: tuple[str, ...],
+    worker_id: str | None,
+    lease_ttl: float,
+    heartbeat_interval: float,
+    reap_interval: float,
+    default_timeout: float,
+    lease_slack: float,
+    retry_base: float,
+    memory_limit_mb: float | None,
+    burst: bool,
+    quiet: bool,
+) -> int:
+    """Run a worker: claim, execute and acknowledge tasks until stopped.
+
+    SIGTERM or Ctrl-C drains (no new claims; running tasks finish) and exits 0; a second signal
+    cancels running tasks cooperatively, and they go back to the queue to be retried.
+    """
+    from taskward.execution import RetryPolicy
+
+    registry = registry_for(state)
+    config = WorkerConfig(
+        concurrency=concurrency,
+        capabilities=capabilities,
+        execution_targets=targets or ("host",),
+        lease_ttl=lease_ttl,
+        heartbeat_interval_s=heartbeat_interval,
+        reap_interval_s=reap_interval,
+        default_timeout_s=default_timeout,
+        lease_slack_s=lease_slack,
+        retry_policy=RetryPolicy(base_s=retry_base),
+        memory_limit_mb=memory_limit_mb,
+        exit_when_idle=burst,
+    )
+    if worker_id:
+        config.worker_id = worker_id
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    started: dict[str, float] = {}
+
+    def on_event(kind: str, task: Task, data: dict[str, Any]) -> None:
+        if quiet:
+            return
+        if kind == "start":
+            started[f"{task.id}/{task.lease_id}"] = time.monotonic()
+            click.echo(f"{_stamp()} start {task.id} attempt {task.attempt}", err=True)
+        else:
+            now = time.monotonic()
+            elapsed = now - started.pop(f"{task.id}/{task.lease_id}", now)
+            ack = data.get("ack")
+            failure = data.get("failure")
+            outcome = data.get("outcome")
+            detail = f" {failure.code}: {failure.detail[:120]}" if failure else ""
+            rejected = f" (ack rejected: {ack.rejection})" if ack and not ack.applied else ""
+            ceiling = " (attempt ceiling)" if ack and ack.rejection == "attempt_ceiling" else ""
+            click.echo(
+                f"{_stamp()} end   {task.id} {outcome}{detail}{rejected}{ceiling} "
+                f"in {elapsed * 1000:.1f} ms",
+                err=True,
+            )
+
+    async def run() -> int:
+        async with open_db(state.db_url) as db:
+            runtime = WorkerRuntime(db, registry, config, on_event=on_event)
+            runtime.install_signal_handlers()
+            click.echo(
+                f"worker {runtime.worker_id} on {db.url}: concurrency {concurrency}, kinds "
+                f"{', '.join(registry.kinds())}, targets {', '.join(config.execution_targets)}",
+                err=True,
+            )
+            began = time.monotonic()
+            code = await runtime.run()
+            stats = runtime.host.stats
+            click.echo(
+                f"worker {runtime.worker_id} stopped ({stats.stop_reason or 'done'}) after "
+                f"{time.monotonic() - began:.1f}s: claimed {stats.claimed}, completed "
+                f"{stats.completed}, failed {stats.failed}, acknowledgements rejected "
+                f"{stats.ack_rejected}, errors {len(stats.errors)}",
+                err=True,
+            )
+            return code
+
+    return asyncio.run(run())
+
+
+@click.command("wait")
+@click.argument("task_id", metavar="ID")
+@click.option("--timeout", type=click.FloatRange(min=0.0), help="Give up after this many seconds.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.01),
+    default=0.25,
+    show_default=True,
+    help="Seconds between looks at the store.",
+)
+@json_option
+@pass_state
+def task_wait(state: CliState, task_id: str, timeout: float | None, interval: float) -> int:
+    """Follow a task to its end; exit 0 if it completed, 1 otherwise (or on --timeout)."""
+    out = state.output
+
+    async def follow(db: StateDB) -> tuple[dict[str, Any], bool]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        printed = 0
+        status_line = None
+        if not out.is_json and sys.stderr.isatty():
+            from rich.console import Console
+
+            status_line = Console(stderr=True).status(f"waiting for {task_id}")
+            status_line.start()
+        try:
+            while True:
+                row = await get_task(db, task_id)
+                if not out.is_json:
+                    facts = (
+                        await list_transitions(db, task_id)
+                        if row["status"] != "queued" or printed
+                        else []
+                    )
+                    for fact in facts[printed:]:
+                        click.echo(
+                            f"{fact['previous_status']} -> {fact['status']} "
+                            f"({fact['reason_code']})",
+                            err=True,
+                        )
+                    printed = max(printed, len(facts))
+                    if status_line is not None:
+                        status_line.update(f"waiting for {task_id}: {row['status']}")
+                if row["status"] in TERMINAL:
+                    return row, False
+                if deadline is not None and time.monotonic() >= deadline:
+                    return row, True
+                await asyncio.sleep(interval)
+        finally:
+            if status_line is not None:
+                status_line.stop()
+
+    async def run() -> tuple[dict[str, Any], bool]:
+        async with open_db(state.db_url) as db:
+            return await follow(db)
+
+    row, timed_out = asyncio.run(run())
+    if out.is_json:
+        out.json(
+            {
+                "task_id": task_id,
+                "status": row["status"],
+                "timed_out": timed_out,
+                "exit_code": row["exit_code"],
+                "error_detail": row["error_detail"],
+            }
+        )
+    else:
+        suffix = " (still running: --timeout reached)" if timed_out else ""
+        out.line(f"{row['status']}{suffix}")
+    return 0 if row["status"] == "completed" else 1

@@ -1,0 +1,353 @@
+"""ResidentEngineHost (ADR-0037 D3-D5): many tasks at once, each in its own session, with the
+summary written before completion.
+
+Rules enforced here:
+- never more than ``max_concurrent_tasks`` leases held, and no prefetch (D3): a claim is made
+  only for a free slot (a source with ``claim_many(n)`` is asked for at most the free slots);
+- ``session_factory`` is called exactly once per valid task; nothing mutable is shared (D3);
+- ``cwd`` must exist and be a directory; the host never calls ``os.chdir`` (D3);
+- a reached deadline fails with ``deadline`` before a session exists; a lease that cannot cover
+  the deadline is ``invalid_task``; a watchdog cancels the run at the deadline (D3, D5);
+- success: facts, best-effort narrative, ``SummaryStore.write``, then ``complete`` (D4);
+- failure: best-effort ``mark_pending`` then ``fail``; errors of both are kept and logged (D4);
+- a host shutdown reports a retryable failure, never a cancelled task (R10);
+- ``should_stop_claiming`` stops new claims without cancelling active tasks; ``drain()``
+  returns once every active job's acknowledgement path has settled (D3, D5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
+from taskward.host.ports import SummaryStore, TaskSource
+
+log = logging.getLogger("taskward.host")
+
+RunTask = Callable[[Task, Any], Awaitable[dict[str, Any]]]
+Summarize = Callable[[Task, Any, dict[str, Any]], Awaitable[str | None]]
+
+DEFAULT_IDLE_WAIT_S = 0.5
+SHUTDOWN_GRACE_S = 10.0
+
+
+class TaskRunFailure(Exception):
+    """Raised by a runner to report a classified failure (code and retryability)."""
+
+    def __init__(self, code: str, detail: str, *, retryable: bool) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.retryable = retryable
+
+
+class _HostShutdown(Exception):
+    pass
+
+
+def session_key_for(task: Task) -> str:
+    """The summary session key is the run id, ``<task-id>:<attempt>`` (R10, D4)."""
+    return f"{task.id}:{task.attempt}"
+
+
+def manifest_ref_for(task: Task) -> str:
+    """A reference that resolves to the run's row and its transition facts."""
+    return f"taskward:schedule_runs/{task.id}?attempt={task.attempt}"
+
+
+@dataclass
+class HostStats:
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    ack_rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+    stop_reason: str | None = None
+
+
+class ResidentEngineHost:
+    def __init__(
+        self,
+        *,
+        source: TaskSource,
+        summaries: SummaryStore,
+        max_concurrent_tasks: int,
+        session_factory: Callable[[], Any],
+        run_task: RunTask,
+        summarize: Summarize | None = None,
+        should_stop_claiming: Callable[[], bool] | None = None,
+        idle_wait_s: float = DEFAULT_IDLE_WAIT_S,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        on_event: Callable[[str, Task, dict[str, Any]], None] | None = None,
+    ) -> None:
+        if isinstance(max_concurrent_tasks, bool) or not isinstance(max_concurrent_tasks, int):
+            raise TypeError("max_concurrent_tasks must be an int")
+        if max_concurrent_tasks < 1:
+            raise ValueError("max_concurrent_tasks must be at least 1")
+        self.source = source
+        self.summaries = summaries
+        self.max_concurrent_tasks = max_concurrent_tasks
+        self.session_factory = session_factory
+        self.run_task = run_task
+        self.summarize = summarize
+        self.should_stop_claiming = should_stop_claiming or (lambda: False)
+        self.idle_wait_s = idle_wait_s
+        self.clock = clock
+        self.on_event = on_event
+        self.stats = HostStats()
+        self._active: dict[asyncio.Task[None], Task] = {}
+        self._stopping = False
+        self._slot_freed = asyncio.Event()
+        self._stop_event = asyncio.Event()
+        self._shutdown = False
+
+    # -- public ----------------------------------------------------------------------------
+
+    @property
+    def active_count(self) -> int:
+        return len(self._active)
+
+    @property
+    def active_tasks(self) -> list[Task]:
+        return list(self._active.values())
+
+    def stop_claiming(self, reason: str = "stop requested") -> None:
+        """Stop new claims; active tasks continue (D3)."""
+        if not self._stopping:
+            self._stopping = True
+            self.stats.stop_reason = self.stats.stop_reason or reason
+        self._stop_event.set()
+
+    async def drain(self) -> None:
+        """Stop claiming and return once every active job has settled its acknowledgement."""
+        self.stop_claiming("drain")
+        while self._active:
+            await asyncio.gather(*list(self._active), return_exceptions=True)
+
+    async def serve(self) -> None:
+        """Claim and run tasks until claiming stops, then drain; cancelling this coroutine stops
+        claiming and cooperatively cancels active jobs, which report a retryable failure."""
+        try:
+            while not self._stopping:
+                if self.should_stop_claiming():
+                    self.stop_claiming("should_stop_claiming")
+                    break
+                free = self.max_concurrent_tasks - len(self._active)
+                if free <= 0:
+                    await self._wait_for_slot()
+                    continue
+                tasks = await self._claim(free)
+                if not tasks:
+                    await self._idle()
+                    continue
+                for task in tasks:
+                    self._start(task)
+            await self.drain()
+        except asyncio.CancelledError:
+            self._stopping = True
+            self._shutdown = True
+            jobs = list(self._active)
+            for job in jobs:
+                job.cancel()
+            if jobs:
+                await asyncio.wait(jobs, timeout=SHUTDOWN_GRACE_S)
+            raise
+
+    # -- claiming --------------------------------------------------------------------------
+
+    async def _claim(self, free: int) -> list[Task]:
+        claim_many = getattr(self.source, "claim_many", None)
+        try:
+            if claim_many is not None:
+                tasks: list[Task] = list(await claim_many(free))
+            else:
+                task = await self.source.claim()
+                tasks = [task] if task is not None else []
+        except Exception as exc:  # a store hiccup must not kill the host
+            self._keep_error(f"claim failed: {exc!r}")
+            await asyncio.sleep(min(self.idle_wait_s, 1.0))
+            return []
+        if len(tasks) > free:  # a misbehaving source must not make us exceed the bound
+            raise RuntimeError(f"source returned {len(tasks)} tasks for {free} free slots")
+        self.stats.claimed += len(tasks)
+        return tasks
+
+    async def _idle(self) -> None:
+        wait_for_work = getattr(self.source, "wait_for_work", None)
+        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._stop_event.wait())]
+        if wait_for_work is not None:
+            waiters.append(asyncio.ensure_future(wait_for_work(self.idle_wait_s)))
+        else:
+            waiters.append(asyncio.ensure_future(asyncio.sleep(self.idle_wait_s)))
+        try:
+            await asyncio.wait(waiters, timeout=self.idle_wait_s,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+    async def _wait_for_slot(self) -> None:
+        self._slot_freed.clear()
+        if len(self._active) < self.max_concurrent_tasks:
+            return
+        waiter = asyncio.ensure_future(self._slot_freed.wait())
+        stop = asyncio.ensure_future(self._stop_event.wait())
+        try:
+            await asyncio.wait({waiter, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            stop.cancel()
+            await asyncio.gather(waiter, stop, return_exceptions=True)
+
+    def _start(self, task: Task) -> None:
+        job = asyncio.ensure_future(self._job(task))
+        self._active[job] = task
+        job.add_done_callback(self._job_done)
+
+    def _job_done(self, job: asyncio.Task[None]) -> None:
+        self._active.pop(job, None)
+        self._slot_freed.set()
+        if not job.cancelled() and job.exception() is not None:
+            self._keep_error(f"host job crashed: {job.exception()!r}")
+
+    # -- one task --------------------------------------------------------------------------
+
+    def _emit(self, kind: str, task: Task, **data: Any) -> None:
+        if self.on_event is not None:
+            with contextlib.suppress(Exception):
+                self.on_event(kind, task, data)
+
+    def _keep_error(self, message: str) -> None:
+        self.stats.errors.append(message)
+        del self.stats.errors[:-100]
+        log.error(message)
+
+    def _precheck(self, task: Task) -> TaskFailure | None:
+        now = self.clock()
+        if task.lease_expires_at <= now:
+            return TaskFailure(code="invalid_task", retryable=True,
+                               detail="lease already expired when the host received it")
+        if task.deadline > task.lease_expires_at:
+            return TaskFailure(code="invalid_task", retryable=False,
+                               detail="lease cannot cover the task's deadline")
+        if now >= task.deadline:
+            return TaskFailure(code="deadline", retryable=True,
+                               detail="deadline reached before the task started")
+        if not task.cwd.exists() or not task.cwd.is_dir():
+            return TaskFailure(code="invalid_task", retryable=False,
+                               detail=f"cwd {str(task.cwd)!r} is not an existing directory")
+        return None
+
+    async def _job(self, task: Task) -> None:
+        key = session_key_for(task)
+        started = self.clock()
+        started_mono = time.monotonic()
+        self._emit("start", task)
+        failure = self._precheck(task)
+        if failure is not None:
+            await self._report_failure(task, key, failure)
+            return
+        try:
+            session = self.session_factory()
+        except Exception as exc:
+            await self._report_failure(task, key, TaskFailure(
+                code="flow_failed", retryable=True, detail=f"session setup failed: {exc!r}"))
+            return
+        budget = (task.deadline - self.clock()).total_seconds()
+        try:
+            output = await asyncio.wait_for(self.run_task(task, session), timeout=budget)
+        except TimeoutError:
+            await self._report_failure(task, key, TaskFailure(
+                code="deadline", retryable=True, detail="watchdog: deadline reached"))
+            return
+        except TaskRunFailure as exc:
+            code = exc.code if exc.code in _FAILURE_CODES else "flow_failed"
+            await self._report_failure(task, key, TaskFailure(
+                code=code, retryable=exc.retryable, detail=exc.detail))
+            return
+        except asyncio.CancelledError:
+            # R10: a host shutdown is a retryable failure, never a cancelled task.
+            await asyncio.shield(self._report_failure(task, key, TaskFailure(
+                code="cancelled", retryable=True, detail="host shutdown")))
+            raise
+        except Exception as exc:
+            await self._report_failure(task, key, TaskFailure(
+                code="flow_failed", retryable=True, detail=f"{type(exc).__name__}: {exc}"))
+            return
+        await self._complete(task, key, session, output, started, started_mono)
+
+    async def _complete(self, task: Task, key: str, session: Any, output: dict[str, Any],
+                        started: datetime, started_mono: float) -> None:
+        try:
+            ended = self.clock()
+            facts = {
+                "task_id": task.id,
+                "attempt": task.attempt,
+                "run_id": key,
+                "started_at": started.isoformat(),
+                "ended_at": ended.isoformat(),
+                "elapsed_ms": round((time.monotonic() - started_mono) * 1000, 3),
+                "operation_statuses": dict(output.get("operation_statuses", {})),
+                "artifact_refs": list(output.get("artifact_refs", [])),
+                "usage": dict(output.get("usage", {})),
+                "degraded": bool(output.get("degraded", False)),
+                "degrade_reason": str(output.get("degrade_reason", "")),
+            }
+            narrative: str | None = None
+            if self.summarize is not None:
+                try:  # best-effort: facts and manifest are authoritative (D4)
+                    narrative = await self.summarize(task, session, output)
+                except Exception as exc:
+                    log.warning("task %s: narrative failed: %r", task.id, exc)
+            summary = SessionSummary(facts=facts, narrative=narrative,
+                                     manifest_ref=manifest_ref_for(task))
+            await self.summaries.write(key, summary)
+        except Exception as exc:
+            await self._report_failure(task, key, TaskFailure(
+                code="summary_failed", retryable=True, detail=f"summary not written: {exc!r}"))
+            return
+        try:
+            ack = await asyncio.shield(self.source.complete(
+                task.id, task.lease_id, TaskResult(run_id=key, status="completed",
+                                                   summary_ref=key)))
+        except Exception as exc:
+            self._keep_error(f"task {task.id}: complete failed: {exc!r}")
+            return
+        self._note_ack(task, ack, "completed")
+
+    async def _report_failure(self, task: Task, key: str, failure: TaskFailure) -> None:
+        try:
+            await self.summaries.mark_pending(key, f"{failure.code}: {failure.detail}")
+        except Exception as exc:
+            self._keep_error(f"task {task.id}: mark_pending failed: {exc!r}")
+        try:
+            ack = await self.source.fail(task.id, task.lease_id, failure)
+        except Exception as exc:
+            self._keep_error(f"task {task.id}: fail acknowledgement failed: {exc!r}")
+            return
+        self._note_ack(task, ack, "failed", failure=failure)
+
+    def _note_ack(self, task: Task, ack: TaskAck, outcome: str,
+                  failure: TaskFailure | None = None) -> None:
+        if not ack.applied:
+            # An ownership loss, not a host success (D4 step 7).
+            self.stats.ack_rejected += 1
+            log.warning("task %s: acknowledgement rejected (%s)", task.id, ack.rejection)
+        elif outcome == "completed":
+            self.stats.completed += 1
+        else:
+            self.stats.failed += 1
+        self._emit("end", task, outcome=outcome, ack=ack, failure=failure)
+
+
+_FAILURE_CODES = frozenset(
+    {"invalid_task", "flow_failed", "cancelled", "deadline", "summary_failed",
+     "escalation_give_up"})

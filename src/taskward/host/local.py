@@ -1,0 +1,353 @@
+"""The in-tree TaskSource and SummaryStore (ADR-0037 D6) over taskward's own store.
+
+``LocalTaskSource.claim()`` is the same guarded ``queued -> running`` lease claim the worker
+functions use (``claims.claim_runs``), and acknowledgements are guarded terminal transitions
+judged by database state (R4). The adapter's ``TaskExecutionResult`` reaches the terminal
+transition through a side channel of this source (``record_result``), never through extra model
+fields (R10). ``LocalSummaryStore`` keeps summaries in the ``task_summaries`` table.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from taskward.canonical import canonical_json, content_hash
+from taskward.claims import Lease, WorkerSpec, claim_runs
+from taskward.errors import TransitionIdempotencyConflict
+from taskward.execution import Outcome, RetryPolicy, execute_lease, finish_run, outcome_for
+from taskward.host.engine_host import TaskRunFailure
+from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
+from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
+from taskward.settings import get_max_attempts
+from taskward.store.port import Row, StateDB
+from taskward.transitions import lease_id as make_lease_id
+
+log = logging.getLogger("taskward.host.local")
+
+ACK_CACHE_SIZE: Final = 10_000
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+@dataclass
+class ClaimedRun:
+    """What the source remembers about a task it leased (the side channel)."""
+
+    row: Row
+    lease: Lease
+    token: CancellationToken = field(default_factory=CancellationToken)
+    result: TaskExecutionResult | None = None
+
+
+class SummaryConflict(ValueError):
+    """A different summary was written for a session key that is already complete (D4)."""
+
+
+def _parse_lease_id(value: str) -> tuple[str, int] | None:
+    holder, sep, attempt = value.rpartition("/")
+    if not sep or not holder or not attempt.isdigit():
+        return None
+    return holder, int(attempt)
+
+
+class LocalTaskSource:
+    """A TaskSource over ``schedule_runs``; the attempt ceiling is the stored queue setting."""
+
+    def __init__(
+        self,
+        db: StateDB,
+        spec: WorkerSpec,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.db = db
+        self.spec = spec
+        self.policy = retry_policy or RetryPolicy()
+        self.cwd = cwd or Path(os.getcwd())
+        self._claims: dict[str, ClaimedRun] = {}
+        self._acks: OrderedDict[tuple[str, str], tuple[str, TaskAck]] = OrderedDict()
+        self._signal = db.signal("queued")
+        self._seen = self._signal.seq
+
+    # -- side channel ----------------------------------------------------------------------
+
+    def claimed(self, task_id: str) -> ClaimedRun:
+        return self._claims[task_id]
+
+    @property
+    def tokens(self) -> dict[str, CancellationToken]:
+        return {task_id: claim.token for task_id, claim in self._claims.items()}
+
+    def record_result(self, task_id: str, result: TaskExecutionResult) -> None:
+        claim = self._claims.get(task_id)
+        if claim is not None:
+            claim.result = result
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def _task_for(self, row: Row, lease: Lease) -> Task:
+        args = row.get("action_args") or {}
+        objective = args.get("objective")
+        if not isinstance(objective, str) or not objective.strip():
+            objective = f"{row['action_kind']} {row['id']}"
+        cwd = args.get("cwd")
+        return Task(
+            id=row["id"],
+            objective=objective,
+            cwd=Path(cwd) if isinstance(cwd, str) and cwd else self.cwd,
+            lease_id=lease.lease_id,
+            lease_expires_at=_utc(lease.lease_expires_at),
+            attempt=lease.attempt,
+            deadline=_utc(lease.deadline_at),
+        )
+
+    async def claim_many(self, limit: int) -> list[Task]:
+        """Claim at most ``limit`` tasks (the host passes its free slots: no prefetch)."""
+        self._seen = self._signal.seq
+        leases = await claim_runs(self.db, self.spec, limit=limit)
+        tasks = []
+        for lease in leases:
+            row = await self.db.fetchone("run_get", {"id": lease.task_id})
+            assert row is not None
+            self._claims[lease.task_id] = ClaimedRun(row=row, lease=lease)
+            tasks.append(self._task_for(row, lease))
+        return tasks
+
+    async def claim(self) -> Task | None:
+        """One task or None; never blocks waiting for work."""
+        tasks = await self.claim_many(1)
+        return tasks[0] if tasks else None
+
+    async def wait_for_work(self, wait_s: float) -> None:
+        """Return when new work may have arrived since the last claim, or after ``wait_s``."""
+        await self._signal.wait(self._seen, wait_s)
+
+    # -- acknowledgements ------------------------------------------------------------------
+
+    async def complete(self, task_id: str, lease_id: str, result: TaskResult) -> TaskAck:
+        return await self._acknowledge(task_id, lease_id, result.model_dump(mode="json"),
+                                       completed=result)
+
+    async def fail(self, task_id: str, lease_id: str, failure: TaskFailure) -> TaskAck:
+        return await self._acknowledge(task_id, lease_id, failure.model_dump(mode="json"),
+                                       failure=failure)
+
+    async def _acknowledge(
+        self,
+        task_id: str,
+        lease_id: str,
+        payload: dict[str, Any],
+        *,
+        completed: TaskResult | None = None,
+        failure: TaskFailure | None = None,
+    ) -> TaskAck:
+        digest = canonical_json(payload)
+        cached = self._acks.get((task_id, lease_id))
+        if cached is not None:  # exact replay: same answer, no repeated effects
+            return cached[1] if cached[0] == digest else TaskAck(applied=False,
+                                                                 rejection="stale_lease")
+        row = await self.db.fetchone("run_get", {"id": task_id})
+        if row is None or (row["lease_attempts"] == 0 and row["leased_by"] is None):
+            return TaskAck(applied=False, rejection="missing_holder")
+        parsed = _parse_lease_id(lease_id)
+        if parsed is None:
+            return TaskAck(applied=False, rejection="stale_lease")
+        holder, attempt = parsed
+        claim = self._claims.get(task_id)
+        lease = self._lease(row, holder, attempt, claim)
+        now = await self.db.now()
+        max_attempts = await get_max_attempts(self.db)
+        execution = claim.result if claim and claim.lease.lease_id == lease_id else None
+        outcome = self._outcome(row, lease, payload, execution, completed, failure,
+                                max_attempts=max_attempts, now=now)
+        evidence = list(execution.evidence_refs) if execution else []
+        if completed is not None:
+            evidence.append({"kind": "summary", "session_key": completed.summary_ref})
+        try:
+            transition = await finish_run(self.db, lease, outcome, actor=self.spec.actor,
+                                          evidence_refs=evidence, now=now, key_suffix="ack")
+        except TransitionIdempotencyConflict:
+            return TaskAck(applied=False, rejection="stale_lease")
+        if not transition.applied:
+            return TaskAck(applied=False, rejection="stale_lease")
+        ack = TaskAck(applied=True, rejection="attempt_ceiling"
+                      if outcome.reason_code == "attempt_ceiling" else None)
+        self._acks[(task_id, lease_id)] = (digest, ack)
+        while len(self._acks) > ACK_CACHE_SIZE:
+            self._acks.popitem(last=False)
+        if claim is not None and claim.lease.lease_id == lease_id:
+            del self._claims[task_id]
+        return ack
+
+    @staticmethod
+    def _lease(row: Row, holder: str, attempt: int, claim: ClaimedRun | None) -> Lease:
+        if claim is not None and claim.lease.leased_by == holder and claim.lease.attempt == attempt:
+            return claim.lease
+        # Judged by database state (R4): the presented lease is guarded against the row.
+        expires = row["lease_expires_at"] if (row["leased_by"], row["lease_attempts"]) == (
+            holder, attempt) else -1.0
+        return Lease(task_id=row["id"], leased_by=holder, attempt=attempt,
+                     lease_expires_at=expires if expires is not None else -1.0,
+                     deadline_at=row["deadline_at"] or 0.0, claimed_at=0.0,
+                     action_kind=row["action_kind"])
+
+    def _outcome(
+        self,
+        row: Row,
+        lease: Lease,
+        payload: dict[str, Any],
+        execution: TaskExecutionResult | None,
+        completed: TaskResult | None,
+        failure: TaskFailure | None,
+        *,
+        max_attempts: int,
+        now: float,
+    ) -> Outcome:
+        if completed is not None:
+            result = execution if execution and execution.status == "completed" else (
+                TaskExecutionResult(status="completed", exit_code=0))
+            return outcome_for(result, lease, max_attempts=max_attempts,
+                               cancel_requested=False, now=now, policy=self.policy)
+        assert failure is not None
+        exit_code = execution.exit_code if execution else None
+        detail = failure.detail
+        if failure.retryable:
+            if failure.code == "cancelled" and lease.attempt < max_attempts:
+                # R10: a host shutdown is retryable and the retry is due at once.
+                return Outcome("retry_wait", "host_shutdown", detail,
+                               {"retry_at": now, "leased_by": None, "lease_expires_at": None,
+                                "exit_code": exit_code, "error_detail": detail})
+            status = "timed_out" if failure.code == "deadline" else "failed"
+            result = TaskExecutionResult(
+                status="timed_out" if status == "timed_out" else "failed", retryable=True,
+                exit_code=exit_code, error_detail=f"{failure.code}: {detail}",
+                invocation_id=execution.invocation_id if execution else None)
+            outcome = outcome_for(result, lease, max_attempts=max_attempts,
+                                  cancel_requested=False, now=now, policy=self.policy)
+            if outcome.to_state == "retry_wait" and failure.code in {"summary_failed",
+                                                                     "invalid_task"}:
+                return Outcome("retry_wait", failure.code, outcome.summary, outcome.patch)
+            return outcome
+        if failure.code == "cancelled":
+            result = TaskExecutionResult(status="cancelled", exit_code=exit_code,
+                                         error_detail=detail)
+            return outcome_for(result, lease, max_attempts=max_attempts,
+                               cancel_requested=row["cancel_requested_at"] is not None,
+                               now=now, policy=self.policy)
+        code = "invalid_task" if failure.code == "invalid_task" else "execution_failed"
+        return Outcome("failed", code, f"{failure.code}: {detail}",
+                       {"ended_at": now, "exit_code": exit_code, "error_detail": detail[-4000:],
+                        "invocation_id": execution.invocation_id if execution else None})
+
+
+class LocalSummaryStore:
+    """A SummaryStore over the ``task_summaries`` table (D4 semantics)."""
+
+    def __init__(self, db: StateDB) -> None:
+        self.db = db
+
+    @staticmethod
+    def _split(session_key: str) -> tuple[str | None, int | None]:
+        task_id, sep, attempt = session_key.rpartition(":")
+        if sep and attempt.isdigit():
+            return task_id, int(attempt)
+        return None, None
+
+    async def write(self, session_key: str, summary: SessionSummary) -> None:
+        body = summary.model_dump(mode="json")
+        digest = content_hash(body)
+        task_id, attempt = self._split(session_key)
+        async with self.db.transaction() as tx:
+            changed = await tx.execute("summary_write", {
+                "session_key": session_key, "task_id": task_id, "attempt": attempt,
+                "summary": canonical_json(body), "summary_hash": digest})
+            if changed:
+                return
+            existing = await tx.fetchone("summary_get", {"session_key": session_key})
+        if existing is None or existing["summary_hash"] != digest:
+            raise SummaryConflict(
+                f"session {session_key!r} already has a different complete summary")
+
+    async def mark_pending(self, session_key: str, reason: str) -> None:
+        task_id, attempt = self._split(session_key)
+        async with self.db.transaction() as tx:
+            await tx.execute("summary_mark_pending", {
+                "session_key": session_key, "task_id": task_id, "attempt": attempt,
+                "reason": reason[:4000]})
+
+    async def get(self, session_key: str) -> Row | None:
+        return await self.db.fetchone("summary_get", {"session_key": session_key})
+
+
+class TaskSession:
+    """A fresh, per-task session: the mutable state one run may touch (D3 isolation)."""
+
+    def __init__(self) -> None:
+        self.operation_statuses: dict[str, str] = {}
+        self.artifact_refs: list[dict[str, Any]] = []
+        self.usage: dict[str, Any] = {}
+
+
+class AdapterRunner:
+    """``run_task`` for the host: dispatch the claimed run through the adapter registry."""
+
+    def __init__(self, registry: TaskAdapterRegistry, source: LocalTaskSource) -> None:
+        self.registry = registry
+        self.source = source
+
+    async def __call__(self, task: Task, session: Any) -> dict[str, Any]:
+        claim = self.source.claimed(task.id)
+        result = await execute_lease(self.registry, claim.row, claim.lease,
+                                     cancellation=claim.token)
+        self.source.record_result(task.id, result)
+        kind = claim.lease.action_kind
+        if isinstance(session, TaskSession):
+            session.operation_statuses[kind] = result.status
+            session.artifact_refs.extend(result.evidence_refs)
+        if result.status == "completed":
+            return {"operation_statuses": {kind: "completed"},
+                    "artifact_refs": list(result.evidence_refs), "usage": {},
+                    "exit_code": result.exit_code}
+        if result.status == "cancelled":
+            raise TaskRunFailure("cancelled", result.error_detail or "cancelled",
+                                 retryable=False)
+        if result.status == "timed_out":
+            raise TaskRunFailure("deadline", result.error_detail or "timed out", retryable=True)
+        raise TaskRunFailure("flow_failed", result.error_detail or "failed",
+                             retryable=result.retryable)
+
+
+async def resolve_manifest(db: StateDB, manifest_ref: str) -> dict[str, Any]:
+    """Resolve a host manifest reference to the run's row, facts and summary."""
+    from urllib.parse import parse_qs, urlsplit
+
+    parts = urlsplit(manifest_ref)
+    if parts.scheme != "taskward" or not parts.path.startswith("schedule_runs/"):
+        raise ValueError(f"not a taskward manifest reference: {manifest_ref!r}")
+    task_id = parts.path.removeprefix("schedule_runs/")
+    attempt = int(parse_qs(parts.query).get("attempt", ["0"])[0])
+    row = await db.fetchone("run_get", {"id": task_id})
+    facts = await db.fetchall("fact_list", {"entity_id": task_id})
+    summary = await db.fetchone("summary_get", {"session_key": f"{task_id}:{attempt}"})
+    return {"row": row, "facts": facts, "summary": summary,
+            "lease_id": make_lease_id(row["leased_by"], attempt) if row else None}
+
+
+__all__ = [
+    "AdapterRunner",
+    "ClaimedRun",
+    "LocalSummaryStore",
+    "LocalTaskSource",
+    "SummaryConflict",
+    "TaskSession",
+    "resolve_manifest",
+]

@@ -1,0 +1,207 @@
+"""The ``taskward worker`` runtime: a ResidentEngineHost over LocalTaskSource whose runner
+dispatches through the adapter registry, plus heartbeats, reapers and cancellation forwarding.
+
+One worker runtime with bounded concurrency (DESIGN.md "One system, not three"). Signals: the
+first SIGTERM/SIGINT drains (stop claiming, finish active tasks, exit 0); a second one cancels
+the active tasks cooperatively (each reports a retryable failure, R10). Memory pressure stops
+claiming, drains and exits with ``EXIT_MEMORY_PRESSURE`` for the supervisor to restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from taskward.claims import (
+    DEFAULT_HEARTBEAT_TTL_SECONDS,
+    DEFAULT_LEASE_SLACK_SECONDS,
+    DEFAULT_LEASE_TTL_SECONDS,
+    DEFAULT_TASK_TIMEOUT_SECONDS,
+    WorkerSpec,
+    new_worker_id,
+)
+from taskward.execution import RetryPolicy
+from taskward.host.engine_host import ResidentEngineHost
+from taskward.host.local import AdapterRunner, LocalSummaryStore, LocalTaskSource, TaskSession
+from taskward.host.models import Task
+from taskward.maintenance.reaper import (
+    DEFAULT_DEADLINE_GRACE_SECONDS,
+    reap_deadlines,
+    reap_expired_leases,
+)
+from taskward.registry import TaskAdapterRegistry
+from taskward.store.port import StateDB
+from taskward.worker import register_heartbeat, watch_cancellations
+
+log = logging.getLogger("taskward.runtime")
+
+EXIT_OK: Final = 0
+EXIT_MEMORY_PRESSURE: Final = 75  # EX_TEMPFAIL: restart me
+
+
+def resident_memory_mb() -> float:
+    """Current resident set size of this process (Linux /proc), in MiB."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+@dataclass
+class WorkerConfig:
+    concurrency: int = 8
+    capabilities: tuple[str, ...] = ()
+    execution_targets: tuple[str, ...] = ("host",)
+    worker_id: str = field(default_factory=new_worker_id)
+    lease_ttl: float = DEFAULT_LEASE_TTL_SECONDS
+    heartbeat_ttl: float = DEFAULT_HEARTBEAT_TTL_SECONDS
+    heartbeat_interval_s: float = 10.0
+    reap_interval_s: float = 1.0
+    default_timeout_s: float = DEFAULT_TASK_TIMEOUT_SECONDS
+    lease_slack_s: float = DEFAULT_LEASE_SLACK_SECONDS
+    deadline_grace_s: float = DEFAULT_DEADLINE_GRACE_SECONDS
+    idle_wait_s: float = 0.5
+    cancel_poll_s: float = 1.0
+    memory_limit_mb: float | None = None
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
+    cwd: Path | None = None
+    exit_when_idle: bool = False  # drain and exit once no claimable work is left (--burst)
+
+
+class WorkerRuntime:
+    def __init__(
+        self,
+        db: StateDB,
+        registry: TaskAdapterRegistry,
+        config: WorkerConfig,
+        *,
+        on_event: Callable[[str, Task, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.registry = registry
+        self.config = config
+        self.spec = WorkerSpec(
+            worker_id=config.worker_id, kinds=registry.kinds(),
+            execution_targets=config.execution_targets, capabilities=config.capabilities,
+            lease_ttl=config.lease_ttl, heartbeat_ttl=config.heartbeat_ttl,
+            default_timeout_s=config.default_timeout_s, lease_slack_s=config.lease_slack_s,
+        )
+        self.source = LocalTaskSource(db, self.spec, retry_policy=config.retry_policy,
+                                      cwd=config.cwd)
+        self.summaries = LocalSummaryStore(db)
+        self.exit_code = EXIT_OK
+        self._idle_passes = 0
+        self.host = ResidentEngineHost(
+            source=self.source, summaries=self.summaries,
+            max_concurrent_tasks=config.concurrency, session_factory=TaskSession,
+            run_task=AdapterRunner(registry, self.source),
+            should_stop_claiming=self._should_stop_claiming,
+            idle_wait_s=config.idle_wait_s, on_event=on_event,
+        )
+        self._signals = 0
+        self._serve: asyncio.Task[None] | None = None
+
+    @property
+    def worker_id(self) -> str:
+        return self.config.worker_id
+
+    def _should_stop_claiming(self) -> bool:
+        limit = self.config.memory_limit_mb
+        if limit is not None and resident_memory_mb() > limit:
+            log.warning("resident memory above %.0f MiB: draining for a restart", limit)
+            self.exit_code = EXIT_MEMORY_PRESSURE
+            return True
+        return False
+
+    async def heartbeat(self) -> None:
+        active = self.host.active_tasks
+        await register_heartbeat(
+            self.db, worker_id=self.worker_id,
+            advertised_capabilities=list(self.config.capabilities),
+            execution_targets=list(self.config.execution_targets),
+            served_kinds=self.registry.kinds(), concurrency=self.config.concurrency,
+            leased_run_id=active[0].id if active else None,
+        )
+
+    async def maintain_once(self) -> dict[str, int]:
+        counts = await reap_expired_leases(self.db, retry_policy=self.config.retry_policy)
+        counts.update(await reap_deadlines(self.db, grace_s=self.config.deadline_grace_s,
+                                           heartbeat_ttl=self.config.heartbeat_ttl))
+        return counts
+
+    async def _every(self, interval_s: float, action: Callable[[], Any], name: str) -> None:
+        while True:
+            try:
+                await action()
+            except Exception as exc:  # the store may be briefly away; try again next time
+                log.warning("%s failed: %r", name, exc)
+            await asyncio.sleep(interval_s)
+
+    async def _burst_watch(self) -> None:
+        """With exit_when_idle: stop claiming once a claim pass finds nothing and no task runs."""
+        while True:
+            await asyncio.sleep(self.config.idle_wait_s)
+            if self.host.active_count == 0 and not await self._has_claimable():
+                self.host.stop_claiming("idle")
+                return
+
+    async def _has_claimable(self) -> bool:
+        from taskward.claims import find_candidates
+        from taskward.settings import get_max_attempts
+
+        max_attempts = await get_max_attempts(self.db)
+        # any retry_wait row will come back: burst mode waits for it
+        due = await self.db.fetchall("run_due_retries", {"now": float("inf"), "limit": 1})
+        return bool(due) or bool(await find_candidates(self.db, self.spec, limit=1,
+                                                        max_attempts=max_attempts))
+
+    def request_stop(self) -> None:
+        """First call drains; a second cancels active tasks cooperatively."""
+        self._signals += 1
+        if self._signals == 1:
+            log.info("stop requested: draining %d active task(s)", self.host.active_count)
+            self.host.stop_claiming("signal")
+        elif self._serve is not None:
+            log.info("second stop request: cancelling active tasks")
+            self._serve.cancel()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+
+    async def run(self) -> int:
+        """Serve until drained; returns the process exit code."""
+        await self.heartbeat()
+        background = [
+            asyncio.create_task(self._every(self.config.heartbeat_interval_s, self.heartbeat,
+                                            "heartbeat")),
+            asyncio.create_task(self._every(self.config.reap_interval_s, self.maintain_once,
+                                            "reaper")),
+            asyncio.create_task(watch_cancellations(self.db, lambda: self.source.tokens,
+                                                    poll_s=self.config.cancel_poll_s)),
+        ]
+        if self.config.exit_when_idle:
+            background.append(asyncio.create_task(self._burst_watch()))
+        self._serve = asyncio.create_task(self.host.serve())
+        try:
+            await self._serve
+        except asyncio.CancelledError:
+            if self._signals < 2:
+                raise
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await self.heartbeat()
+        return self.exit_code

@@ -1,0 +1,254 @@
+"""The ADR-0071 D4 worker functions: heartbeat, reap, claim-and-execute, tick.
+
+These keep the records' signatures (plus ``registry=``) for callers that drive a worker one
+tick at a time. ``claim_and_execute`` runs its claims one after another, as the record says;
+the ``taskward worker`` process is the resident host instead (``taskward.host``), which claims
+through the same ``claims.claim_runs`` and finishes through the same ``execution.settle_lease``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from taskward.adapters import build_registry
+from taskward.claims import (
+    CLAIM_CAP,
+    DEFAULT_HEARTBEAT_TTL_SECONDS,
+    DEFAULT_LEASE_TTL_SECONDS,
+    Lease,
+    WorkerSpec,
+    claim_runs,
+    new_worker_id,
+)
+from taskward.execution import RetryPolicy, execute_lease, settle_lease
+from taskward.maintenance.reaper import reap_expired_leases
+from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
+from taskward.settings import get_max_attempts
+from taskward.store.port import StateDB
+
+__all__ = [
+    "DEFAULT_HEARTBEAT_TTL_SECONDS",
+    "DEFAULT_LEASE_TTL_SECONDS",
+    "ExecuteFn",
+    "claim_and_execute",
+    "new_worker_id",
+    "reap_expired_leases",
+    "register_heartbeat",
+    "worker_tick",
+]
+
+log = logging.getLogger("taskward.worker")
+
+ExecuteFn = Callable[[dict[str, Any]], Awaitable[tuple[int, str]]]
+CANCEL_POLL_SECONDS = 1.0
+
+
+async def register_heartbeat(
+    db: StateDB,
+    *,
+    worker_id: str,
+    advertised_capabilities: list[str] | None = None,
+    execution_targets: list[str] | None = None,
+    now: float | None = None,
+    served_kinds: Sequence[str] = (),
+    concurrency: int | None = None,
+    leased_run_id: str | None = None,
+) -> None:
+    """Upsert the worker's heartbeat row with what it advertises (default target ``host``)."""
+    async with db.transaction(now=now) as tx:
+        await tx.execute(
+            "worker_heartbeat",
+            {
+                "worker_id": worker_id,
+                "advertised_capabilities": json.dumps(sorted(set(advertised_capabilities or []))),
+                "execution_targets": json.dumps(sorted(set(execution_targets or ["host"]))),
+                "served_kinds": json.dumps(sorted(set(served_kinds))),
+                "leased_run_id": leased_run_id,
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "concurrency": concurrency,
+            },
+        )
+
+
+class _LegacyExecuteAdapter:
+    """Wraps an ADR-0071 ``ExecuteFn`` (row -> (exit code, output)) as an adapter."""
+
+    def __init__(self, kind: str, execute: ExecuteFn) -> None:
+        self.action_kind = kind
+        self._execute = execute
+
+    def validate_args(self, args: dict[str, Any]) -> None:
+        return None
+
+    async def execute(
+        self, task: dict[str, Any], *, cancellation: CancellationToken
+    ) -> TaskExecutionResult:
+        try:
+            code, output = await self._execute(task)
+        except Exception as exc:  # build/resolve errors become (1, error) (ADR-0071 D4)
+            code, output = 1, f"{type(exc).__name__}: {exc}"
+        if code == 0:
+            return TaskExecutionResult(status="completed", exit_code=0)
+        return TaskExecutionResult(status="failed", exit_code=code, error_detail=output)
+
+
+async def watch_cancellations(
+    db: StateDB,
+    tokens: Callable[[], Mapping[str, CancellationToken]],
+    *,
+    poll_s: float = CANCEL_POLL_SECONDS,
+) -> None:
+    """Forward recorded cancellation requests to the running adapters' tokens, until cancelled.
+
+    Wakes on the store's ``cancel`` signal (NOTIFY on PostgreSQL, in-process on SQLite) and
+    polls every ``poll_s`` as a fallback.
+    """
+    signal = db.signal("cancel")
+    while True:
+        seen = signal.seq
+        live = tokens()
+        active = [task_id for task_id, token in live.items() if not token.is_cancelled]
+        if active:
+            with contextlib.suppress(Exception):
+                rows = await db.fetchall("run_cancel_requested_among", {"ids": json.dumps(active)})
+                for row in rows:
+                    if row["id"] in live:
+                        live[row["id"]].cancel("cancellation requested")
+        await signal.wait(seen, poll_s)
+
+
+async def run_lease(
+    db: StateDB,
+    spec: WorkerSpec,
+    lease: Lease,
+    registry: TaskAdapterRegistry,
+    *,
+    token: CancellationToken,
+    max_attempts: int,
+    policy: RetryPolicy,
+    now: float | None = None,
+) -> str:
+    """Execute one lease and settle it; returns the status the row ended in."""
+    row = await db.fetchone("run_get", {"id": lease.task_id})
+    assert row is not None
+    result = await execute_lease(registry, row, lease, cancellation=token)
+    transition = await settle_lease(
+        db, lease, result, actor=spec.actor, max_attempts=max_attempts, policy=policy, now=now
+    )
+    return transition.current_state
+
+
+async def claim_and_execute(
+    db: StateDB,
+    *,
+    worker_id: str,
+    execute: ExecuteFn | None = None,
+    now: float | None = None,
+    lease_ttl: float = DEFAULT_LEASE_TTL_SECONDS,
+    limit: int = CLAIM_CAP,
+    advertised_capabilities: list[str] | None = None,
+    execution_targets: list[str] | None = None,
+    heartbeat_ttl: float = DEFAULT_HEARTBEAT_TTL_SECONDS,
+    registry: TaskAdapterRegistry | None = None,
+    retry_policy: RetryPolicy | None = None,
+) -> int:
+    """Claim up to ``limit`` runs and execute them one after another; returns how many ran.
+
+    With ``execute`` (the ADR-0071 form) every claimed kind runs through it; otherwise each
+    run dispatches through ``registry`` (default: the built-in adapters).
+    """
+    registry = registry if registry is not None else build_registry()
+    if execute is not None:
+        legacy = TaskAdapterRegistry()
+        for kind in registry.kinds():
+            legacy.register(_LegacyExecuteAdapter(kind, execute))
+        registry = legacy
+    spec = WorkerSpec(
+        worker_id=worker_id,
+        kinds=registry.kinds(),
+        execution_targets=execution_targets or ["host"],
+        capabilities=advertised_capabilities or [],
+        lease_ttl=lease_ttl,
+        heartbeat_ttl=heartbeat_ttl,
+    )
+    leases = await claim_runs(db, spec, limit=limit, now=now)
+    if not leases:
+        return 0
+    max_attempts = await get_max_attempts(db)
+    policy = retry_policy or RetryPolicy()
+    tokens: dict[str, CancellationToken] = {}
+    watcher = asyncio.create_task(watch_cancellations(db, lambda: tokens))
+    try:
+        for lease in leases:
+            tokens[lease.task_id] = token = CancellationToken()
+            status = await run_lease(
+                db,
+                spec,
+                lease,
+                registry,
+                token=token,
+                max_attempts=max_attempts,
+                policy=policy,
+                now=now,
+            )
+            tokens.pop(lease.task_id, None)
+            log.info("task %s attempt %d -> %s", lease.task_id, lease.attempt, status)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    return len(leases)
+
+
+async def worker_tick(
+    db: StateDB,
+    *,
+    worker_id: str,
+    execute: ExecuteFn | None = None,
+    now: float | None = None,
+    lease_ttl: float = DEFAULT_LEASE_TTL_SECONDS,
+    limit: int = CLAIM_CAP,
+    advertised_capabilities: list[str] | None = None,
+    execution_targets: list[str] | None = None,
+    heartbeat_ttl: float = DEFAULT_HEARTBEAT_TTL_SECONDS,
+    registry: TaskAdapterRegistry | None = None,
+    retry_policy: RetryPolicy | None = None,
+) -> dict[str, int]:
+    """Heartbeat first, reap expired leases second, claim and execute third (ADR-0071 D4)."""
+    registry = registry if registry is not None else build_registry()
+    await register_heartbeat(
+        db,
+        worker_id=worker_id,
+        advertised_capabilities=advertised_capabilities,
+        execution_targets=execution_targets,
+        now=now,
+        served_kinds=registry.kinds(),
+    )
+    reaped = await reap_expired_leases(db, now=now, retry_policy=retry_policy)
+    executed = await claim_and_execute(
+        db,
+        worker_id=worker_id,
+        execute=execute,
+        now=now,
+        lease_ttl=lease_ttl,
+        limit=limit,
+        advertised_capabilities=advertised_capabilities,
+        execution_targets=execution_targets,
+        heartbeat_ttl=heartbeat_ttl,
+        registry=registry,
+        retry_policy=retry_policy,
+    )
+    return {
+        "reaped": reaped["expired"],
+        "requeued": reaped["queued"],
+        "failed": reaped["failed"],
+        "executed": executed,
+    }
