@@ -31,7 +31,9 @@ from taskward.transitions import transition_task
 log = logging.getLogger("taskward.execution")
 
 MAX_ERROR_DETAIL: Final = 4000
-DEADLINE_CANCEL_GRACE_S: Final = 5.0
+# Longer than the process adapter's own SIGTERM->SIGKILL grace (5 s), so a watchdog stop lets
+# the adapter finish killing its process group before the job itself is cancelled.
+DEADLINE_CANCEL_GRACE_S: Final = 7.0
 
 
 @dataclass(frozen=True)
@@ -249,13 +251,17 @@ async def execute_lease(
             # Watchdog: ask the adapter to stop, give it a grace period, then cancel it.
             cancellation.cancel("deadline reached")
             done, _ = await asyncio.wait({job}, timeout=DEADLINE_CANCEL_GRACE_S)
-            if job not in done:
+            evidence: list[dict[str, Any]] = []
+            if job in done and not job.cancelled() and job.exception() is None:
+                evidence = list(job.result().evidence_refs)  # keep what the adapter saw
+            elif job not in done:
                 job.cancel()
                 with contextlib.suppress(BaseException):
                     await job
             return TaskExecutionResult(
                 status="timed_out",
                 retryable=True,
+                evidence_refs=evidence,
                 error_detail=f"deadline reached after {budget:.3f}s",
             )
         return job.result()

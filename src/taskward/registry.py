@@ -83,7 +83,7 @@ class TaskAdapterRegistry:
 
     def register(self, adapter: TaskAdapter) -> None:
         kind = adapter.action_kind
-        if not isinstance(kind, str) or not kind.strip() or kind != kind.strip():
+        if not isinstance(kind, str) or not kind or any(c.isspace() for c in kind):
             raise TaskValidationError("action_kind", kind, "a non-empty string without spaces")
         if kind in self._aliases:
             raise TaskValidationError(

@@ -45,3 +45,18 @@ async def touch(path: str) -> None:
 
 def plain(x: int) -> int:
     return x * 2
+
+
+@taskward.task()
+async def hang_first(marker: str, seconds: float = 60.0) -> None:
+    """The first attempt writes the marker and hangs; any later attempt returns at once."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text(str(os.getpid()))
+        await asyncio.sleep(seconds)
+
+
+@taskward.task()
+async def nap_marked(marker: str, seconds: float) -> None:
+    Path(marker).write_text(str(os.getpid()))
+    await asyncio.sleep(seconds)

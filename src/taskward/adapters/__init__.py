@@ -7,19 +7,23 @@ CLI, the service and the worker (DESIGN.md "Action kinds and adapters").
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Final
 
 from taskward.adapters.command import CommandAdapter
-from taskward.adapters.launcher import LAUNCHER_KINDS, LauncherAdapter
+from taskward.adapters.launcher import DEFAULT_LAUNCHER, LAUNCHER_KINDS, LauncherAdapter
 from taskward.adapters.python import PythonAdapter, PythonFunctionAdapter, task, task_functions
-from taskward.adapters.workflow import FileWorkflowLibrary, WorkflowAdapter
-from taskward.registry import TaskAdapterRegistry
+from taskward.adapters.workflow import FileWorkflowLibrary, WorkflowAdapter, WorkflowLibrary
+from taskward.errors import TaskValidationError
+from taskward.registry import TaskAdapter, TaskAdapterRegistry
 
 __all__ = [
+    "LAUNCHER_KINDS",
     "AdapterConfig",
     "CommandAdapter",
     "FileWorkflowLibrary",
@@ -27,66 +31,112 @@ __all__ = [
     "PythonAdapter",
     "PythonFunctionAdapter",
     "WorkflowAdapter",
+    "WorkflowLibrary",
     "build_registry",
     "task",
 ]
+
+ALLOW_ALL: Final = "*"
 
 
 def _split(value: str | None) -> tuple[str, ...]:
     return tuple(p.strip() for p in (value or "").replace(";", ",").split(",") if p.strip())
 
 
+def _allowlist(value: str | None) -> frozenset[str] | None:
+    """A comma-separated allowlist; ``*`` anywhere in it allows all (None)."""
+    items = _split(value)
+    return None if ALLOW_ALL in items else frozenset(items)
+
+
 @dataclass(frozen=True)
 class AdapterConfig:
     """What a deployment allows adapters to run.
 
-    ``command_allowlist``: executables ``command`` may run (names or absolute paths); None
-    allows any (only ``taskward up``'s local default does this, and says so).
-    ``python_modules``: modules whose functions ``python`` may call by ``module:function``;
-    None allows any. Functions decorated with ``@taskward.task`` in imported modules are
-    always callable under their own kind.
+    ``command_allowlist``: executables ``command`` may run (bare names or absolute paths); None
+    allows any (only ``taskward up``'s local default does this, and says so). ``python_modules``:
+    modules whose own functions ``python`` may call by ``module:function``; None allows any.
+    ``imports``: modules whose ``@taskward.task`` functions register under their own kinds (and
+    are callable through ``python`` too). ``launcher``: the program the launcher kinds run.
+    ``workflow_library``: the directory of workflow definitions; without one there is no
+    ``workflow`` kind. The defaults allow no command and no module.
     """
 
     command_allowlist: frozenset[str] | None = frozenset()
     python_modules: frozenset[str] | None = frozenset()
     imports: tuple[str, ...] = ()
-    launcher: str = "li"
+    launcher: str = DEFAULT_LAUNCHER
     workflow_library: Path | None = None
-    extra: tuple[object, ...] = field(default=())
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> AdapterConfig:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> AdapterConfig:
+        """Read ``TASKWARD_COMMAND_ALLOWLIST``, ``TASKWARD_PYTHON_MODULES`` (comma-separated;
+        ``*`` allows all), ``TASKWARD_IMPORTS``, ``TASKWARD_LAUNCHER`` and
+        ``TASKWARD_WORKFLOW_LIBRARY``; keyword ``overrides`` win (a CLI's flags)."""
         env = os.environ if environ is None else environ
-        allow_commands = _split(env.get("TASKWARD_COMMAND_ALLOWLIST"))
-        allow_modules = _split(env.get("TASKWARD_PYTHON_MODULES"))
-        library = env.get("TASKWARD_WORKFLOW_LIBRARY")
-        values: dict[str, object] = {
-            "command_allowlist": None if allow_commands == ("*",) else frozenset(allow_commands),
-            "python_modules": None if allow_modules == ("*",) else frozenset(allow_modules),
-            "imports": _split(env.get("TASKWARD_IMPORTS")),
-            "launcher": env.get("TASKWARD_LAUNCHER") or "li",
-            "workflow_library": Path(library) if library else None,
-        }
-        values.update(overrides)
-        return cls(**values)  # type: ignore[arg-type]
+        library = env.get("TASKWARD_WORKFLOW_LIBRARY", "").strip()
+        config = cls(
+            command_allowlist=_allowlist(env.get("TASKWARD_COMMAND_ALLOWLIST")),
+            python_modules=_allowlist(env.get("TASKWARD_PYTHON_MODULES")),
+            imports=_split(env.get("TASKWARD_IMPORTS")),
+            launcher=env.get("TASKWARD_LAUNCHER", "").strip() or DEFAULT_LAUNCHER,
+            workflow_library=Path(library) if library else None,
+        )
+        return dataclasses.replace(config, **overrides)
+
+    @classmethod
+    def allow_all(cls, **overrides: Any) -> AdapterConfig:
+        """Any command and any module: ``taskward up``'s local default, which must say so."""
+        return dataclasses.replace(cls(command_allowlist=None, python_modules=None), **overrides)
+
+    def unfenced_kinds(self) -> tuple[str, ...]:
+        """The kinds that run anything a submitter names (to be announced at start-up)."""
+        kinds = []
+        if self.command_allowlist is None:
+            kinds.append("command")
+        if self.python_modules is None:
+            kinds.append("python")
+        return tuple(kinds)
+
+
+def _import(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            raise TaskValidationError(
+                "imports",
+                name,
+                "importable modules (on sys.path)",
+                message=f"imports names {name!r}, which cannot be imported: {exc}",
+            ) from exc
+        raise
 
 
 def build_registry(
-    config: AdapterConfig | None = None, *, extra_adapters: Iterable[object] = ()
+    config: AdapterConfig | None = None, *, extra_adapters: Iterable[TaskAdapter] = ()
 ) -> TaskAdapterRegistry:
-    """The built-in adapters plus the ``@taskward.task`` functions of ``config.imports``."""
+    """The built-in adapters, the ``@taskward.task`` functions of ``config.imports`` and
+    ``extra_adapters``, in a registry of their own.
+
+    Raises:
+        TaskValidationError: an import is missing, two functions claim one kind, a kind
+            collides with another or with an alias, or the workflow library is no directory.
+    """
     config = config or AdapterConfig()
     registry = TaskAdapterRegistry()
     registry.register(CommandAdapter(allowlist=config.command_allowlist))
-    modules = [importlib.import_module(name) for name in config.imports]
-    functions = task_functions(modules)
+    functions = task_functions(_import(name) for name in config.imports)
     registry.register(PythonAdapter(modules=config.python_modules, functions=functions))
     for kind in LAUNCHER_KINDS:
         registry.register(LauncherAdapter(kind, launcher=config.launcher))
     if config.workflow_library is not None:
-        registry.register(WorkflowAdapter(FileWorkflowLibrary(config.workflow_library)))
+        library = Path(config.workflow_library)
+        if not library.is_dir():
+            raise TaskValidationError("workflow_library", str(library), "an existing directory")
+        registry.register(WorkflowAdapter(FileWorkflowLibrary(library)))
     for function_adapter in functions.values():
         registry.register(function_adapter)
     for adapter in extra_adapters:
-        registry.register(adapter)  # type: ignore[arg-type]
+        registry.register(adapter)
     return registry

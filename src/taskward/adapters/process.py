@@ -1,89 +1,260 @@
 """Run a child process for an adapter: argv list only, own process group, bounded output.
 
-Cancellation and timeouts terminate the whole process group (SIGTERM, then SIGKILL after a grace
-period) so grandchildren do not outlive the task.
+The child starts a session (so a process group) of its own and is never run through a shell.
+Cancellation and timeouts send SIGTERM to the whole group, wait for the leader and its group for
+a grace period, then SIGKILL whatever is left, so grandchildren do not outlive the task.
+Stragglers a leader leaves behind when it exits on its own are ended the same way. A bare
+executable name is resolved on the worker's own PATH, never on a PATH the task's ``env`` sets.
+
+Known limits: POSIX only. A descendant that starts a session of its own (``setsid``, a daemon)
+leaves the group and is not tracked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import shutil
 import signal
 import time
 from collections import deque
-from typing import Any, Final
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, BinaryIO, Final
 
 from taskward.errors import TaskValidationError
 from taskward.registry import CancellationToken, TaskExecutionResult
 
 OUTPUT_TAIL_BYTES: Final = 8192
 KILL_GRACE_S: Final = 5.0
+ERROR_DETAIL_CHARS: Final = 2000
+_POLL_S: Final = 0.05
+_READ_CHUNK: Final = 4096
+# Variables that make the dynamic loader run code of the submitter's choosing inside an
+# allowlisted executable; refused wherever an allowlist (or a fixed launcher) fences what runs.
+_LOADER_ENV_PREFIXES: Final = ("LD_", "DYLD_")
 
 
-def validate_process_args(args: dict[str, Any]) -> None:
+def task_args(task: Mapping[str, Any]) -> dict[str, Any]:
+    """The task's ``action_args`` as a dict (store rows arrive decoded; JSON text is accepted).
+
+    Raises:
+        TaskValidationError: the args are not a JSON object.
+    """
+    args = task.get("action_args")
+    if args is None:
+        return {}
+    if isinstance(args, str | bytes):
+        try:
+            args = json.loads(args)
+        except ValueError as exc:
+            raise TaskValidationError("action_args", "invalid JSON", "a JSON object") from exc
+    if not isinstance(args, dict):
+        raise TaskValidationError("action_args", type(args).__name__, "a JSON object")
+    return args
+
+
+def validate_argv(field: str, argv: object, *, require_program: bool) -> list[str]:
+    """Check an argv list (strings, no NUL); with ``require_program`` it must name a program."""
+    allowed = "a non-empty list of strings" if require_program else "a list of strings"
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise TaskValidationError(field, argv, allowed)
+    if require_program and (not argv or not argv[0]):
+        raise TaskValidationError(f"{field}[0]" if argv else field, argv, allowed)
+    for index, item in enumerate(argv):
+        if "\0" in item:
+            raise TaskValidationError(f"{field}[{index}]", item, "a string without NUL characters")
+    return argv
+
+
+def validate_process_args(
+    args: Mapping[str, Any], *, prefix: str = "args", allow_loader_env: bool = False
+) -> None:
+    """Check ``cwd``, ``env`` and ``timeout_s``; raises TaskValidationError naming the field."""
     cwd = args.get("cwd")
-    if cwd is not None and (not isinstance(cwd, str) or not cwd):
-        raise TaskValidationError("args.cwd", cwd, "a directory path")
+    if cwd is not None and (not isinstance(cwd, str) or not cwd or "\0" in cwd):
+        raise TaskValidationError(f"{prefix}.cwd", cwd, "a directory path")
     env = args.get("env")
-    if env is not None and (
-        not isinstance(env, dict)
-        or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
-    ):
-        raise TaskValidationError("args.env", env, "an object of string to string")
+    if env is not None:
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise TaskValidationError(f"{prefix}.env", env, "an object of string to string")
+        for key, value in env.items():
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise TaskValidationError(
+                    f"{prefix}.env", key, "names without '=' or NUL, values without NUL"
+                )
+            if not allow_loader_env and key.upper().startswith(_LOADER_ENV_PREFIXES):
+                raise TaskValidationError(
+                    f"{prefix}.env.{key}",
+                    value,
+                    "no dynamic-loader variables (LD_*, DYLD_*) where what runs is fenced",
+                )
     timeout = args.get("timeout_s")
     if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
     ):
-        raise TaskValidationError("args.timeout_s", timeout, "a positive number of seconds")
+        raise TaskValidationError(f"{prefix}.timeout_s", timeout, "a positive number of seconds")
 
 
-def _kill_group(proc: asyncio.subprocess.Process, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
+def resolve_executable(name: str) -> str | None:
+    """A path is used as given; a bare name is looked up on the worker's PATH (not the task's)."""
+    if os.sep in name or (os.altsep is not None and os.altsep in name):
+        return name
+    return shutil.which(name, path=os.environ.get("PATH", os.defpath))
 
 
-async def _terminate(proc: asyncio.subprocess.Process) -> None:
-    _kill_group(proc, signal.SIGTERM)
+class _Tail:
+    """The last OUTPUT_TAIL_BYTES (at least) of a stream, and how much was read in all."""
+
+    def __init__(self) -> None:
+        self.chunks: deque[bytes] = deque()
+        self.size = 0
+        self.total = 0
+
+    def append(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+        self.size += len(chunk)
+        self.total += len(chunk)
+        while self.size - len(self.chunks[0]) >= OUTPUT_TAIL_BYTES:
+            self.size -= len(self.chunks.popleft())
+
+    def text(self) -> str:
+        data = b"".join(self.chunks)[-OUTPUT_TAIL_BYTES:]
+        if self.total > len(data):
+            # Cut at a character boundary rather than showing half a UTF-8 sequence.
+            start = 0
+            while start < min(4, len(data)) and data[start] & 0xC0 == 0x80:
+                start += 1
+            data = data[start:]
+        return data.decode("utf-8", "replace")
+
+
+async def _pump(pipe: BinaryIO, tail: _Tail) -> None:
+    """Read the child's output pipe to its end, then close it."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
     try:
-        await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
-    except TimeoutError:
-        _kill_group(proc, signal.SIGKILL)
-        await proc.wait()
+        while chunk := await reader.read(_READ_CHUNK):
+            tail.append(chunk)
+    except OSError:
+        pass
+    finally:
+        transport.close()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs (zombies nobody reaped do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        # After the command name: state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+async def _end_group(proc: asyncio.subprocess.Process, grace_s: float) -> None:
+    """SIGTERM the group, wait up to ``grace_s`` for it to go, then SIGKILL what is left."""
+    pgid = proc.pid
+    if proc.returncode is not None and not _group_alive(pgid):
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    _signal_group(pgid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), grace_s)
+    # Members that are not our children cannot be awaited: poll, bounded by the grace period.
+    while loop.time() < deadline:
+        if not _group_alive(pgid):
+            break
+        await asyncio.sleep(_POLL_S)
+    # Unconditional: a descendant ignoring SIGTERM must not outlive the task (no-op if gone).
+    _signal_group(pgid, signal.SIGKILL)
+    await proc.wait()
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
 
 
 async def run_process(
     argv: list[str],
     *,
     cwd: str | None = None,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
     timeout_s: float | None = None,
     cancellation: CancellationToken,
+    kill_grace_s: float = KILL_GRACE_S,
 ) -> TaskExecutionResult:
-    """Run ``argv``; exit 0 is completed, non-zero failed, timeout timed_out, cancel cancelled."""
+    """Run ``argv``: exit 0 is completed, non-zero failed, timeout timed_out, cancel cancelled.
+
+    ``env`` is merged over the worker's environment. The evidence holds the exit code, timing
+    and the last OUTPUT_TAIL_BYTES of stdout and stderr (interleaved). A program that cannot
+    start is a failed result, never an exception.
+    """
+    if cancellation.is_cancelled:
+        return TaskExecutionResult(
+            status="cancelled", error_detail=f"{cancellation.reason} (before the process started)"
+        )
+    program = resolve_executable(argv[0])
+    if program is None:
+        return TaskExecutionResult(
+            status="failed",
+            error_detail=f"cannot start {argv[0]!r}: not found on the worker's PATH",
+        )
+    started_at = time.time()
     started = time.monotonic()
-    tail: deque[bytes] = deque()
-    tail_size = 0
-    child_env = {**os.environ, **env} if env else None
+    # Our own pipe rather than PIPE: on Python 3.11 ``Process.wait()`` also waits for the
+    # transport's pipes to close, which a straggler holding stdout would delay indefinitely.
+    read_fd, write_fd = os.pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=cwd, env=child_env, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            *argv,
+            executable=program,
+            cwd=cwd,
+            env={**os.environ, **env} if env else None,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
             start_new_session=True,
         )
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
+        os.close(read_fd)
         return TaskExecutionResult(status="failed", error_detail=f"cannot start {argv[0]!r}: {exc}")
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
 
-    async def pump() -> None:
-        nonlocal tail_size
-        assert proc.stdout is not None
-        while chunk := await proc.stdout.read(4096):
-            tail.append(chunk)
-            tail_size += len(chunk)
-            while tail_size - len(tail[0]) >= OUTPUT_TAIL_BYTES:
-                tail_size -= len(tail.popleft())
-
-    pump_task = asyncio.create_task(pump())
+    tail = _Tail()
+    pump_task = asyncio.create_task(_pump(os.fdopen(read_fd, "rb", buffering=0), tail))
     wait_task = asyncio.create_task(proc.wait())
     cancel_task = asyncio.create_task(cancellation.wait())
     outcome = "exited"
@@ -93,30 +264,55 @@ async def run_process(
         )
         if wait_task not in done:
             outcome = "cancelled" if cancel_task in done else "timed_out"
-            await _terminate(proc)
+        await _end_group(proc, kill_grace_s)
     except asyncio.CancelledError:
-        await _terminate(proc)
+        await _end_group(proc, kill_grace_s)
         raise
     finally:
-        cancel_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await cancel_task
-        with contextlib.suppress(Exception):
+        for waiter in (cancel_task, wait_task):
+            waiter.cancel()
+        await asyncio.gather(cancel_task, wait_task, return_exceptions=True)
+        # The pipe closes once every holder is gone; do not hang on one that escaped the group.
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(pump_task, 1.0)
-    output = b"".join(tail)[-OUTPUT_TAIL_BYTES:].decode("utf-8", "replace")
-    elapsed_ms = round((time.monotonic() - started) * 1000, 3)
-    evidence = [{"kind": "process", "argv0": argv[0], "pid": proc.pid,
-                 "elapsed_ms": elapsed_ms, "output_tail": output}]
+
+    ended_at = time.time()
     code = proc.returncode
+    output = tail.text()
+    evidence: list[dict[str, Any]] = [
+        {
+            "kind": "process",
+            "argv0": argv[0],
+            "pid": proc.pid,
+            "exit_code": code,
+            "started_at": started_at,
+            "ended_at": ended_at,
+            "duration_s": round(time.monotonic() - started, 3),
+            "output_bytes": tail.total,
+            "output_truncated": tail.total > OUTPUT_TAIL_BYTES,
+            "output_tail": output,
+        }
+    ]
     if outcome == "cancelled":
-        return TaskExecutionResult(status="cancelled", exit_code=code,
-                                   error_detail=cancellation.reason, evidence_refs=evidence)
+        return TaskExecutionResult(
+            status="cancelled",
+            exit_code=code,
+            error_detail=cancellation.reason,
+            evidence_refs=evidence,
+        )
     if outcome == "timed_out":
-        return TaskExecutionResult(status="timed_out", exit_code=code,
-                                   error_detail=f"timed out after {timeout_s}s",
-                                   evidence_refs=evidence)
+        return TaskExecutionResult(
+            status="timed_out",
+            exit_code=code,
+            error_detail=f"timed out after {timeout_s}s; process group terminated",
+            evidence_refs=evidence,
+            retryable=True,  # a deadline is retryable (R5)
+        )
     if code == 0:
         return TaskExecutionResult(status="completed", exit_code=0, evidence_refs=evidence)
-    return TaskExecutionResult(status="failed", exit_code=code,
-                               error_detail=output[-2000:] or f"exit code {code}",
-                               evidence_refs=evidence)
+    detail = _exit_text(code)
+    if output.strip():
+        detail += "\n" + output[-ERROR_DETAIL_CHARS:]
+    return TaskExecutionResult(
+        status="failed", exit_code=code, error_detail=detail, evidence_refs=evidence
+    )

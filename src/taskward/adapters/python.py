@@ -1,8 +1,13 @@
 """``python``: call an allowlisted ``module:function`` with JSON keyword arguments.
 
 Functions decorated with ``@taskward.task`` register under a kind of their own when their module
-is named in the process's imports (``--import`` / ``TASKWARD_IMPORTS``). Sync functions run in a
-thread so they never block the worker's event loop.
+is named in the process's imports (``--import`` / ``TASKWARD_IMPORTS``); marking a function
+changes no registry. Sync functions run in a thread so they never block the worker's event loop.
+
+Cancellation: an async function is cancelled (``asyncio.CancelledError`` at its await point). A
+sync function cannot be interrupted: it runs to its end and sees the request only through the
+``cancellation`` token it may accept (``token.is_cancelled``); the result is ``cancelled`` once
+it returns, because a request is not a stop (ADR-0072 D5).
 """
 
 from __future__ import annotations
@@ -12,117 +17,281 @@ import importlib
 import inspect
 import re
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, overload
 
+from taskward.adapters.process import task_args
 from taskward.errors import TaskValidationError
 from taskward.registry import CancellationToken, TaskExecutionResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 _MARK: Final = "__taskward_task__"
-_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_TARGET: Final = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+_KIND: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$")
+# Keys of a task's args that the worker maps onto the host task (R10) or reads for its deadline
+# (R5); a decorated function receives them only if it declares a parameter of that name.
+_HOST_KEYS: Final = frozenset({"objective", "cwd", "timeout_s"})
+_TOKEN_PARAM: Final = "cancellation"
+_DETAIL_CHARS: Final = 4000
 
 
-def task(kind: str | None = None) -> Callable[[F], F]:
+@overload
+def task(target: F, /) -> F: ...
+
+
+@overload
+def task(target: str | None = None, /, *, kind: str | None = None) -> Callable[[F], F]: ...
+
+
+def task(target: Any = None, /, *, kind: str | None = None) -> Any:
     """Mark a function as a task kind of its own (default: the function's name).
 
-    Marking changes no registry: ``build_registry`` registers marked functions of the modules a
-    process imports, so what runs is always what that process was configured with.
+    ``@task``, ``@task()``, ``@task("kind")`` and ``@task(kind="kind")`` all work. Marking sets
+    an attribute on the function and changes no registry: ``build_registry`` registers the
+    marked functions of the modules a process imports, so what runs is always what that process
+    was configured with.
+
+    Raises:
+        TaskValidationError: the kind is not a non-empty name without spaces.
     """
+    if callable(target):
+        return _mark(target, kind)
+    if target is not None and kind is not None:
+        raise TypeError("give the kind once: @task('name') or @task(kind='name')")
+    chosen = target if target is not None else kind
 
-    def mark(fn: F) -> F:
-        setattr(fn, _MARK, kind or fn.__name__)
-        return fn
+    def decorate(fn: F) -> F:
+        return _mark(fn, chosen)
 
-    return mark
+    return decorate
+
+
+def _mark(fn: F, kind: object) -> F:
+    name = fn.__name__ if kind is None else kind
+    if not isinstance(name, str) or not _KIND.match(name):
+        raise TaskValidationError(
+            "kind", name, "a non-empty name of letters, digits, '_', '.', ':' or '-'"
+        )
+    setattr(fn, _MARK, name)
+    return fn
+
+
+def task_kind(fn: object) -> str | None:
+    """The kind a function was marked with by ``@task``, if any."""
+    kind = getattr(fn, _MARK, None)
+    return kind if isinstance(kind, str) else None
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
+    )
+
+
+def _parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter] | None:
+    try:
+        return inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return None
+
+
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    params = _parameters(fn)
+    return params is not None and name in params
+
+
+class _FunctionExited(Exception):
+    """A task function raised SystemExit; asyncio would let it end the worker's event loop."""
 
 
 async def _call(fn: Callable[..., Any], kwargs: dict[str, Any], token: CancellationToken) -> Any:
-    if "cancellation" in inspect.signature(fn).parameters:
-        kwargs = {**kwargs, "cancellation": token}
-    if inspect.iscoroutinefunction(fn):
-        return await fn(**kwargs)
-    return await asyncio.to_thread(fn, **kwargs)
+    if _accepts(fn, _TOKEN_PARAM):
+        kwargs = {**kwargs, _TOKEN_PARAM: token}
+    try:
+        if _is_async(fn):
+            return await fn(**kwargs)
+        value = await asyncio.to_thread(fn, **kwargs)
+        if inspect.isawaitable(value):  # a sync wrapper that hands back a coroutine
+            value = await value
+        return value
+    except SystemExit as exc:
+        raise _FunctionExited(exc.code) from exc
+
+
+def _consume(job: asyncio.Future[Any]) -> None:
+    if not job.cancelled():
+        job.exception()
+
+
+def _error(exc: BaseException) -> tuple[str, list[dict[str, Any]]]:
+    if isinstance(exc, _FunctionExited) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return detail[-_DETAIL_CHARS:], [{"kind": "traceback", "text": trace[-_DETAIL_CHARS:]}]
 
 
 async def run_callable(
     fn: Callable[..., Any], kwargs: dict[str, Any], cancellation: CancellationToken
 ) -> TaskExecutionResult:
-    """Run ``fn``: a return is completed (a returned TaskExecutionResult is passed through), an
-    exception failed, a cancellation request while running cancelled."""
-    job = asyncio.ensure_future(_call(fn, kwargs, cancellation))
+    """Run ``fn`` with ``kwargs`` (and the token, if it takes ``cancellation``).
+
+    A return is completed (a returned TaskExecutionResult passes through as is), an exception
+    failed, a cancellation requested while it ran cancelled.
+    """
+    if cancellation.is_cancelled:
+        return TaskExecutionResult(
+            status="cancelled", error_detail=f"{cancellation.reason} (before the call)"
+        )
+    job: asyncio.Future[Any] = asyncio.ensure_future(_call(fn, kwargs, cancellation))
     waiter = asyncio.ensure_future(cancellation.wait())
+    requested = False
     try:
         await asyncio.wait({job, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        # Requested while it ran: the token fired before (or as) the function finished.
+        requested = waiter.done()
+        if requested and not job.done() and _is_async(fn):
+            job.cancel()
+        # A sync function in a thread cannot be stopped: wait for it to see the token and end.
+        await asyncio.wait({job})
+    except asyncio.CancelledError:
+        job.cancel()
+        job.add_done_callback(_consume)
+        raise
     finally:
         waiter.cancel()
-    if not job.done():
-        job.cancel()
-        try:
-            await job
-        except asyncio.CancelledError:
+
+    if job.cancelled():
+        if requested:
             return TaskExecutionResult(status="cancelled", error_detail=cancellation.reason)
-        except Exception as exc:
-            return TaskExecutionResult(status="cancelled", error_detail=f"{cancellation.reason};"
-                                       f" cleanup raised {exc!r}")
-    try:
-        value = job.result()
-    except asyncio.CancelledError:
-        return TaskExecutionResult(status="cancelled", error_detail=cancellation.reason)
-    except Exception as exc:
-        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return TaskExecutionResult(status="failed", exit_code=1, error_detail=detail[-4000:])
+        return TaskExecutionResult(
+            status="failed", error_detail="the function was cancelled without a request"
+        )
+    exc = job.exception()
+    if exc is not None and not isinstance(exc, Exception):
+        raise exc
+    value = job.result() if exc is None else None
     if isinstance(value, TaskExecutionResult):
         return value
+    if requested:
+        ended = "returned" if exc is None else f"raised {type(exc).__name__}"
+        return TaskExecutionResult(
+            status="cancelled", error_detail=f"{cancellation.reason}; the function {ended}"
+        )
+    if exc is not None:
+        detail, error_evidence = _error(exc)
+        return TaskExecutionResult(
+            status="failed", exit_code=1, error_detail=detail, evidence_refs=error_evidence
+        )
     evidence: list[dict[str, Any]] = []
     if value is not None:
-        evidence.append({"kind": "return_value", "repr": repr(value)[:2000]})
+        try:
+            text = repr(value)
+        except Exception as repr_error:
+            text = f"<{type(value).__name__}: repr raised {repr_error!r}>"
+        evidence.append({"kind": "return_value", "repr": text[:_DETAIL_CHARS]})
     return TaskExecutionResult(status="completed", exit_code=0, evidence_refs=evidence)
 
 
-def _kwargs(args: dict[str, Any]) -> dict[str, Any]:
-    kwargs = args.get("kwargs", {})
-    if not isinstance(kwargs, dict):
-        raise TaskValidationError("args.kwargs", kwargs, "a JSON object of keyword arguments")
-    return kwargs
+def _check_bind(fn: Callable[..., Any], kwargs: dict[str, Any], field: str, kind: str) -> None:
+    if _TOKEN_PARAM in kwargs and _accepts(fn, _TOKEN_PARAM):
+        raise TaskValidationError(
+            f"{field}.{_TOKEN_PARAM}",
+            kwargs[_TOKEN_PARAM],
+            "not given: the worker passes the token",
+        )
+    params = _parameters(fn)
+    if params is None:
+        return
+    probe = dict(kwargs)
+    if _TOKEN_PARAM in params:
+        probe[_TOKEN_PARAM] = None
+    try:
+        inspect.signature(fn).bind(**probe)
+    except TypeError as exc:
+        allowed = [n for n in params if n != _TOKEN_PARAM]
+        raise TaskValidationError(
+            field,
+            sorted(kwargs),
+            allowed,
+            message=f"{field} do not fit {kind}: {exc}; parameters: {', '.join(allowed)}",
+        ) from exc
 
 
 class PythonFunctionAdapter:
-    """One ``@taskward.task`` function under its own kind; args are its keyword arguments."""
+    """One ``@taskward.task`` function under its own kind; ``args`` are its keyword arguments.
+
+    ``objective``, ``cwd`` and ``timeout_s`` in args belong to the worker (R5, R10) and reach the
+    function only if it declares a parameter of that name.
+    """
 
     def __init__(self, kind: str, fn: Callable[..., Any]) -> None:
         self.action_kind = kind
         self.fn = fn
+        self.target = f"{fn.__module__}:{fn.__name__}"
+
+    def kwargs(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in args.items() if k not in _HOST_KEYS or _accepts(self.fn, k)}
 
     def validate_args(self, args: dict[str, Any]) -> None:
-        try:
-            inspect.signature(self.fn).bind(**{k: v for k, v in args.items()
-                                               if k not in {"objective", "cwd"}})
-        except TypeError as exc:
-            raise TaskValidationError("args", sorted(args), f"the parameters of {self.action_kind}",
-                                      message=f"args do not fit {self.action_kind}: {exc}") from exc
+        _check_bind(self.fn, self.kwargs(args), "args", self.action_kind)
 
     async def execute(
         self, task: dict[str, Any], *, cancellation: CancellationToken
     ) -> TaskExecutionResult:
-        args = {k: v for k, v in (task.get("action_args") or {}).items()
-                if k not in {"objective", "cwd"}}
-        return await run_callable(self.fn, args, cancellation)
+        try:
+            kwargs = self.kwargs(task_args(task))
+            _check_bind(self.fn, kwargs, "args", self.action_kind)
+        except TaskValidationError as exc:
+            return TaskExecutionResult(status="failed", error_detail=str(exc))
+        return await run_callable(self.fn, kwargs, cancellation)
 
 
 def task_functions(modules: Iterable[ModuleType]) -> dict[str, PythonFunctionAdapter]:
+    """The ``@task`` functions of ``modules`` by kind.
+
+    Raises:
+        TaskValidationError: two different functions claim the same kind.
+    """
     found: dict[str, PythonFunctionAdapter] = {}
     for module in modules:
-        for value in vars(module).values():
-            kind = getattr(value, _MARK, None)
-            if isinstance(kind, str) and callable(value):
-                found[kind] = PythonFunctionAdapter(kind, value)
+        for value in list(vars(module).values()):
+            kind = task_kind(value)
+            if kind is None or not callable(value):
+                continue
+            existing = found.get(kind)
+            if existing is not None and existing.fn is not value:
+                raise TaskValidationError(
+                    "kind",
+                    kind,
+                    "one function per kind",
+                    message=(
+                        f"task kind {kind!r} is claimed by both {existing.target} and "
+                        f"{value.__module__}:{value.__name__}"
+                    ),
+                )
+            found[kind] = PythonFunctionAdapter(kind, value)
     return found
 
 
+def _kwargs(args: Mapping[str, Any]) -> dict[str, Any]:
+    kwargs = args.get("kwargs", {})
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise TaskValidationError("args.kwargs", kwargs, "a JSON object of keyword arguments")
+    return kwargs
+
+
 class PythonAdapter:
-    """``args.function`` = ``module:function``, ``args.kwargs`` = JSON keyword arguments."""
+    """``args.function`` = ``module:function``, ``args.kwargs`` = JSON keyword arguments.
+
+    ``modules``: modules whose own functions may be called (exact names; a package does not
+    allow its submodules; None allows any). A callable a listed module merely imports from
+    elsewhere is refused, as are dunder names. ``functions``: the ``@task`` functions of the
+    process's imports, callable here as ``module:function`` too.
+    """
 
     action_kind = "python"
 
@@ -130,12 +299,12 @@ class PythonAdapter:
         self,
         *,
         modules: Iterable[str] | None = (),
-        functions: dict[str, PythonFunctionAdapter] | None = None,
+        functions: Mapping[str, PythonFunctionAdapter] | None = None,
     ) -> None:
+        if isinstance(modules, str):
+            raise TypeError("modules must be an iterable of module names, not one string")
         self.modules = None if modules is None else frozenset(modules)
-        self._registered = {
-            f"{a.fn.__module__}:{a.fn.__name__}" for a in (functions or {}).values()
-        }
+        self._registered = {a.target: a for a in (functions or {}).values()}
 
     def _allowed(self, target: str) -> bool:
         module = target.split(":", 1)[0]
@@ -145,32 +314,71 @@ class PythonAdapter:
         target = args.get("function")
         if not isinstance(target, str) or not _TARGET.match(target):
             raise TaskValidationError("args.function", target, "'module:function'")
+        if target.endswith("__") and target.rpartition(":")[2].startswith("__"):
+            raise TaskValidationError("args.function", target, "a function that is not a dunder")
         if not self._allowed(target):
             allowed = sorted(self.modules or ()) + sorted(self._registered)
+            allowed_text = ", ".join(allowed) or "none (set TASKWARD_PYTHON_MODULES)"
             raise TaskValidationError(
-                "args.function", target, allowed or "none (set TASKWARD_PYTHON_MODULES)",
-                message=(f"args.function {target!r} is not allowlisted; allowed modules and "
-                         f"functions: {', '.join(allowed) or 'none (set TASKWARD_PYTHON_MODULES)'}"),
+                "args.function",
+                target,
+                allowed or "none (set TASKWARD_PYTHON_MODULES)",
+                message=(
+                    f"args.function {target!r} is not allowlisted; "
+                    f"allowed modules and functions: {allowed_text}"
+                ),
             )
-        _kwargs(args)
+        kwargs = _kwargs(args)
+        registered = self._registered.get(target)
+        if registered is not None:
+            _check_bind(registered.fn, kwargs, "args.kwargs", target)
+        elif _TOKEN_PARAM in kwargs:
+            raise TaskValidationError(
+                f"args.kwargs.{_TOKEN_PARAM}", kwargs[_TOKEN_PARAM], "not given (reserved)"
+            )
 
     def resolve(self, target: str) -> Callable[..., Any]:
+        """The callable ``target`` names (imports its module).
+
+        Raises:
+            ImportError, AttributeError: it does not exist.
+            TypeError: it is not callable, or is not defined in an allowlisted module.
+        """
+        registered = self._registered.get(target)
+        if registered is not None:
+            return registered.fn
         module_name, _, attr = target.partition(":")
         fn = getattr(importlib.import_module(module_name), attr)
         if not callable(fn):
             raise TypeError(f"{target} is not callable")
+        if self.modules is not None and getattr(fn, "__module__", None) != module_name:
+            raise TypeError(
+                f"{target} is defined in {getattr(fn, '__module__', None)!r}, "
+                f"not in the allowlisted module {module_name!r}"
+            )
         return fn  # type: ignore[no-any-return]
 
     async def execute(
         self, task: dict[str, Any], *, cancellation: CancellationToken
     ) -> TaskExecutionResult:
-        args = task.get("action_args") or {}
-        target = args.get("function", "")
-        if not self._allowed(target):
-            return TaskExecutionResult(status="failed",
-                                       error_detail=f"{target!r} is not allowlisted on this worker")
+        # Checked again here: this worker's allowlist may be narrower than the admitting one's.
+        try:
+            args = task_args(task)
+            self.validate_args(args)
+        except TaskValidationError as exc:
+            return TaskExecutionResult(
+                status="failed", error_detail=f"rejected by this worker's python adapter: {exc}"
+            )
+        target: str = args["function"]
         try:
             fn = self.resolve(target)
         except (ImportError, AttributeError, TypeError, ValueError) as exc:
             return TaskExecutionResult(status="failed", error_detail=f"cannot load {target}: {exc}")
+        except Exception as exc:  # the module raised while importing
+            detail, evidence = _error(exc)
+            return TaskExecutionResult(
+                status="failed",
+                error_detail=f"cannot load {target}: {detail}",
+                evidence_refs=evidence,
+            )
         return await run_callable(fn, dict(_kwargs(args)), cancellation)
