@@ -547,3 +547,57 @@ async def test_lease_guard_includes_owner_expiry_and_attempt() -> None:
     lease = Lease("t", "host:a", 2, 10.0, 5.0, 1.0, "noop")
     assert lease.guard() == {"leased_by": "host:a", "lease_expires_at": 10.0, "lease_attempts": 2}
     assert lease.lease_id == "host:a/2"
+
+
+# -- placement reasons (computed on read) ------------------------------------------------------
+
+
+async def test_placement_reason_says_why_a_task_stays_queued(db: StateDB) -> None:
+    from taskward.placement import placement_reason
+
+    task_id = await submit(db, required_capabilities=["gpu"], target="daytona")
+    reason = await placement_reason(db, task_id, now=T0)
+    assert not reason["claimable"] and "no live worker" in reason["reason"]
+    await taskward.register_heartbeat(db, worker_id="host:aaaaaaaa", now=T0, served_kinds=["agent"])
+    reason = await placement_reason(db, task_id, now=T0)
+    assert "action_kind 'noop'" in reason["reason"]
+    await taskward.register_heartbeat(db, worker_id="host:aaaaaaaa", now=T0, served_kinds=["noop"])
+    reason = await placement_reason(db, task_id, now=T0)
+    assert "execution_target 'daytona'" in reason["reason"]
+    await taskward.register_heartbeat(
+        db, worker_id="host:aaaaaaaa", now=T0, served_kinds=["noop"], execution_targets=["daytona"]
+    )
+    reason = await placement_reason(db, task_id, now=T0)
+    assert "capabilities gpu" in reason["reason"]
+    await taskward.register_heartbeat(
+        db,
+        worker_id="host:aaaaaaaa",
+        now=T0,
+        served_kinds=["noop"],
+        execution_targets=["daytona"],
+        advertised_capabilities=["gpu"],
+    )
+    reason = await placement_reason(db, task_id, now=T0)
+    assert reason["claimable"] and reason["workers"] == ["host:aaaaaaaa"]
+    # the heartbeat goes stale: nobody serves it any more
+    reason = await placement_reason(db, task_id, now=T0 + 91)
+    assert not reason["claimable"]
+
+
+async def test_placement_reason_names_a_held_serialization_key(db: StateDB) -> None:
+    from taskward.placement import placement_reason
+
+    first = await submit(db, required_capabilities=["gpu-exclusive"], now=T0)
+    second = await submit(db, required_capabilities=["gpu-exclusive"], now=T0 + 1)
+    await taskward.register_heartbeat(
+        db,
+        worker_id="host:aaaaaaaa",
+        now=T0,
+        served_kinds=["noop"],
+        advertised_capabilities=["gpu-exclusive"],
+    )
+    await claim_runs(db, spec(capabilities=["gpu-exclusive"]), limit=1, now=T0)
+    assert await status(db, first) == "running"
+    reason = await placement_reason(db, second, now=T0)
+    assert "serialization key" in reason["reason"]
+    assert (await placement_reason(db, first, now=T0))["reason"] == "task is running, not queued"

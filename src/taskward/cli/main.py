@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -35,6 +36,7 @@ from taskward.cli.common import (
 from taskward.cli.errors import EXIT_OK, report
 from taskward.cli.worker_cmd import task_wait, worker
 from taskward.models import DEFAULT_EXECUTION_TARGET, EXECUTION_TARGETS
+from taskward.placement import placement_reason
 from taskward.reads import MAX_LIST_LIMIT
 from taskward.registry import DEFAULT_ALIASES
 from taskward.store.open import DEFAULT_URL, ENV_VAR
@@ -178,12 +180,20 @@ def task_submit(
 @json_option
 @pass_state
 def task_show(state: CliState, task_id: str) -> None:
-    """Show one task's row."""
-    row = with_db(state.db_url, lambda db: get_task(db, task_id))
+    """Show one task's row (and, while it is queued, why it is not running yet)."""
+
+    async def work(db: StateDB) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        row = await get_task(db, task_id)
+        placement = await placement_reason(db, task_id) if row["status"] == "queued" else None
+        return row, placement
+
+    row, placement = with_db(state.db_url, work)
     if state.output.is_json:
-        state.output.json(row)
+        state.output.json({**row, "placement": placement} if placement else row)
     else:
         state.output.task(row)
+        if placement is not None:
+            state.output.line(f"placement: {placement['reason']}")
 
 
 @task.command("list")
