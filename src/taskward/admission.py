@@ -8,6 +8,7 @@ with the same application returns the original id forever, and a different appli
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import uuid
 from collections.abc import Mapping, Sequence
@@ -16,7 +17,7 @@ from functools import cache
 from typing import Any, Final
 
 from taskward.adapters import build_registry
-from taskward.canonical import canonical_json, content_hash, dumps
+from taskward.canonical import canonical_json, dumps
 from taskward.capabilities import host_scoped_concurrency_key, normalize_capabilities
 from taskward.errors import TaskIdempotencyConflict, TaskValidationError
 from taskward.models import EXECUTION_TARGETS, TaskApplication
@@ -71,6 +72,29 @@ def _capabilities(value: object) -> list[str]:
             "required_capabilities", f"{len(value)} tokens", f"at most {MAX_CAPABILITIES}"
         )
     return normalize_capabilities(value)
+
+
+def application_hash_of(
+    action_kind: str,
+    args_json: str,
+    execution_target: str,
+    required_capabilities: list[str],
+    library_ref: str | None,
+    library_content_hash: str | None,
+) -> str:
+    """``sha256:<hex>`` of the canonical JSON of exactly the six hashed fields (ADR-0072 D2).
+
+    Spliced from the already-canonical ``args_json`` (keys in sorted order) so the arguments
+    are serialised once; equal to ``content_hash`` of the same dict (a unit test checks).
+    """
+    envelope = (
+        f'{{"action_kind":{canonical_json(action_kind)},"args":{args_json},'
+        f'"execution_target":{canonical_json(execution_target)},'
+        f'"library_content_hash":{canonical_json(library_content_hash)},'
+        f'"library_ref":{canonical_json(library_ref)},'
+        f'"required_capabilities":{canonical_json(required_capabilities)}}}'
+    )
+    return "sha256:" + hashlib.sha256(envelope.encode("utf-8")).hexdigest()
 
 
 def validate_application(
@@ -129,15 +153,8 @@ def validate_application(
     validate_provenance = getattr(adapter, "validate_provenance", None)
     if validate_provenance is not None:
         validate_provenance(library_ref, library_hash)
-    application_hash = content_hash(
-        {
-            "action_kind": kind,
-            "args": args,
-            "execution_target": app.execution_target,
-            "required_capabilities": capabilities,
-            "library_ref": library_ref,
-            "library_content_hash": library_hash,
-        }
+    application_hash = application_hash_of(
+        kind, args_json, app.execution_target, capabilities, library_ref, library_hash
     )
     return AdmittedApplication(
         action_kind=kind,
@@ -172,32 +189,32 @@ async def submit_task(
         raise TaskValidationError("admission_source", admission_source, sorted(ADMISSION_SOURCES))
     admitted = validate_application(app, registry if registry is not None else build_registry())
     new_id = str(uuid.uuid4())
-    async with db.transaction(now=now) as tx:
-        row = await tx.fetchone(
-            "run_insert_if_new",
-            {
-                "id": new_id,
-                "schedule_id": schedule_id,
-                "trigger_context": "{}",
-                "action_kind": admitted.action_kind,
-                "action_args": admitted.args_json,
-                "concurrency_key": admitted.concurrency_key,
-                "required_capabilities": dumps(admitted.required_capabilities),
-                "execution_target": admitted.execution_target,
-                "library_ref": admitted.library_ref,
-                "library_content_hash": admitted.library_content_hash,
-                "idempotency_key": admitted.idempotency_key,
-                "application_hash": admitted.application_hash,
-                "admission_source": admission_source,
-            },
-        )
-        if row is not None:
-            tx.notify("queued")
-            task_id: str = row["id"]
-            return task_id
-        existing = await tx.fetchone(
-            "run_get_by_key", {"idempotency_key": admitted.idempotency_key}
-        )
+    # One statement, its own transaction (R8): INSERT ... ON CONFLICT DO NOTHING. Only when it
+    # inserted nothing is the existing row read and its hash compared.
+    row = await db.fetchone(
+        "run_insert_if_new",
+        {
+            "id": new_id,
+            "schedule_id": schedule_id,
+            "trigger_context": "{}",
+            "action_kind": admitted.action_kind,
+            "action_args": admitted.args_json,
+            "concurrency_key": admitted.concurrency_key,
+            "required_capabilities": dumps(admitted.required_capabilities),
+            "execution_target": admitted.execution_target,
+            "library_ref": admitted.library_ref,
+            "library_content_hash": admitted.library_content_hash,
+            "idempotency_key": admitted.idempotency_key,
+            "application_hash": admitted.application_hash,
+            "admission_source": admission_source,
+            "now": now,
+        },
+    )
+    if row is not None:
+        db.wake("queued")
+        task_id: str = row["id"]
+        return task_id
+    existing = await db.fetchone("run_get_by_key", {"idempotency_key": admitted.idempotency_key})
     if existing is None:  # pragma: no cover - the unique index makes this unreachable
         raise RuntimeError("admission insert conflicted but no row holds the key")
     if existing["application_hash"] != admitted.application_hash:

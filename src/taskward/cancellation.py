@@ -17,7 +17,7 @@ from taskward.errors import TaskNotFound, TaskValidationError
 from taskward.lifecycle import Status, is_terminal
 from taskward.models import Actor, CancelResult, StateReason, TransitionRequest
 from taskward.store.port import StateDB, Tx
-from taskward.transitions import apply_transition, request_hash
+from taskward.transitions import KeyAlreadyUsed, apply_transition, request_hash
 
 _DIRECT = (Status.QUEUED, Status.WAITING_DEPENDENCY, Status.RETRY_WAIT)
 _MAX_ROUNDS = 8
@@ -62,67 +62,70 @@ async def request_task_cancel(
     if not isinstance(idempotency_key, str) or not idempotency_key.strip():
         raise TaskValidationError("idempotency_key", idempotency_key, "a non-empty string")
     for _ in range(_MAX_ROUNDS):
-        async with db.transaction(now=now) as tx:
-            replay = await _replayed(tx, task_id, idempotency_key)
-            if replay is not None:
-                return replay
-            row = await tx.fetchone("run_get", {"id": task_id})
-            if row is None:
-                raise TaskNotFound(task_id)
-            status = row["status"]
-            if is_terminal(status):
-                return CancelResult(
-                    task_id=task_id, state="already_terminal", current_status=status
-                )
-            if status in _DIRECT:
-                request = TransitionRequest(
-                    entity_id=task_id,
-                    from_state=status,
-                    to_state=Status.CANCELLED,
-                    reason=StateReason(code="cancelled", summary=reason or "cancel requested"),
-                    actor=actor,
-                    idempotency_key=_cancel_key(idempotency_key),
-                )
-                result = await apply_transition(
-                    tx,
-                    request,
-                    guard={},
-                    patch={"ended_at": tx.now, "retry_at": None},
-                    digest=request_hash(request),
-                )
-                if result.applied:
+        try:
+            async with db.transaction(now=now) as tx:
+                replay = await _replayed(tx, task_id, idempotency_key)
+                if replay is not None:
+                    return replay
+                row = await tx.fetchone("run_get", {"id": task_id})
+                if row is None:
+                    raise TaskNotFound(task_id)
+                status = row["status"]
+                if is_terminal(status):
                     return CancelResult(
-                        task_id=task_id, state="cancelled", current_status=Status.CANCELLED
+                        task_id=task_id, state="already_terminal", current_status=status
                     )
-                continue  # the row moved under us; look again
-            # running: record the request; the owner's adapter decides when it stops.
-            changed = await tx.execute(
-                "run_request_cancel",
-                {"id": task_id, "by": actor.label()},
-            )
-            if not changed:
-                continue
-            tx.notify("cancel")
-            await tx.execute(
-                "event_insert",
-                {
-                    "id": str(uuid.uuid4()),
-                    "task_id": task_id,
-                    "kind": "cancel_requested",
-                    "transition_id": None,
-                    "status": status,
-                    "payload": dumps(
-                        {
-                            "idempotency_key": idempotency_key,
-                            "actor": actor.label(),
-                            "reason": reason,
-                        }
-                    ),
-                },
-            )
-            return CancelResult(
-                task_id=task_id, state="cancellation_requested", current_status=status
-            )
+                if status in _DIRECT:
+                    request = TransitionRequest(
+                        entity_id=task_id,
+                        from_state=status,
+                        to_state=Status.CANCELLED,
+                        reason=StateReason(code="cancelled", summary=reason or "cancel requested"),
+                        actor=actor,
+                        idempotency_key=_cancel_key(idempotency_key),
+                    )
+                    result, _ = await apply_transition(
+                        tx,
+                        request,
+                        guard={},
+                        patch={"ended_at": tx.now, "retry_at": None},
+                        digest=request_hash(request),
+                    )
+                    if result.applied:
+                        return CancelResult(
+                            task_id=task_id, state="cancelled", current_status=Status.CANCELLED
+                        )
+                    continue  # the row moved under us; look again
+                # running: record the request; the owner's adapter decides when it stops.
+                changed = await tx.execute(
+                    "run_request_cancel",
+                    {"id": task_id, "by": actor.label()},
+                )
+                if not changed:
+                    continue
+                tx.notify("cancel")
+                await tx.execute(
+                    "event_insert",
+                    {
+                        "id": str(uuid.uuid4()),
+                        "task_id": task_id,
+                        "kind": "cancel_requested",
+                        "transition_id": None,
+                        "status": status,
+                        "payload": dumps(
+                            {
+                                "idempotency_key": idempotency_key,
+                                "actor": actor.label(),
+                                "reason": reason,
+                            }
+                        ),
+                    },
+                )
+                return CancelResult(
+                    task_id=task_id, state="cancellation_requested", current_status=status
+                )
+        except KeyAlreadyUsed:
+            continue  # a concurrent request with this key won: the next round replays it
     raise TaskNotFound(task_id)  # pragma: no cover - only under pathological churn
 
 

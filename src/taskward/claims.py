@@ -22,9 +22,14 @@ from typing import Any, Final
 
 from taskward.capabilities import affinity_score, worker_can_serve
 from taskward.models import Actor, StateReason, TransitionRequest
-from taskward.settings import get_max_attempts
+from taskward.settings import DEFAULT_MAX_ATTEMPTS
 from taskward.store.port import Row, StateDB
-from taskward.transitions import lease_id, transition_task
+from taskward.transitions import (
+    LostToConcurrencyKey,
+    apply_transition,
+    lease_id,
+    request_hash,
+)
 
 DEFAULT_LEASE_TTL_SECONDS: Final = 300.0
 DEFAULT_HEARTBEAT_TTL_SECONDS: Final = 90.0
@@ -98,13 +103,6 @@ class Lease:
         }
 
 
-async def is_stale_worker(db: StateDB, spec: WorkerSpec, now: float) -> bool:
-    """A known worker whose heartbeat is older than the TTL claims nothing; an unknown one is
-    not stale (compatibility with direct callers, ADR-0071 D4)."""
-    row = await db.fetchone("worker_get", {"worker_id": spec.worker_id})
-    return row is not None and now - float(row["last_heartbeat_at"]) > spec.heartbeat_ttl
-
-
 async def find_candidates(
     db: StateDB, spec: WorkerSpec, *, limit: int, max_attempts: int
 ) -> list[Row]:
@@ -137,8 +135,10 @@ async def find_candidates(
     return candidates
 
 
-async def claim_one(db: StateDB, spec: WorkerSpec, row: Row, *, now: float) -> Lease | None:
-    """One guarded ``queued -> running`` transition; None when another claimant won."""
+def _claim_request(
+    spec: WorkerSpec, row: Row, *, now: float
+) -> tuple[TransitionRequest, dict[str, Any], dict[str, Any], Lease]:
+    """The guarded ``queued -> running`` transition for ``row`` and the lease it would grant."""
     timeout_s = row.get("timeout_s")
     timeout = float(timeout_s) if timeout_s else spec.default_timeout_s
     deadline_at = now + timeout
@@ -152,26 +152,19 @@ async def claim_one(db: StateDB, spec: WorkerSpec, row: Row, *, now: float) -> L
         actor=spec.actor,
         idempotency_key=f"claim:{spec.worker_id}:{attempt}",
     )
-    result = await transition_task(
-        db,
-        request,
-        guard={
-            "leased_by": None,
-            "lease_attempts": row["lease_attempts"],
-            "cancel_requested_at": None,
-        },
-        patch={
-            "leased_by": spec.worker_id,
-            "lease_expires_at": expires_at,
-            "lease_attempts": attempt,
-            "deadline_at": deadline_at,
-            "retry_at": None,
-        },
-        now=now,
-    )
-    if not result.applied or result.replayed:
-        return None
-    return Lease(
+    guard = {
+        "leased_by": None,
+        "lease_attempts": row["lease_attempts"],
+        "cancel_requested_at": None,
+    }
+    patch = {
+        "leased_by": spec.worker_id,
+        "lease_expires_at": expires_at,
+        "lease_attempts": attempt,
+        "deadline_at": deadline_at,
+        "retry_at": None,
+    }
+    lease = Lease(
         task_id=row["id"],
         leased_by=spec.worker_id,
         attempt=attempt,
@@ -181,38 +174,93 @@ async def claim_one(db: StateDB, spec: WorkerSpec, row: Row, *, now: float) -> L
         action_kind=row["action_kind"],
         concurrency_key=row.get("concurrency_key"),
     )
+    return request, guard, patch, lease
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A lease and the full row as the claim left it (RETURNING *)."""
+
+    lease: Lease
+    row: Row
+
+
+async def claim_batch(
+    db: StateDB, spec: WorkerSpec, candidates: Sequence[Row], *, limit: int, now: float
+) -> list[Claimed]:
+    """Claim up to ``limit`` of ``candidates`` in one transaction.
+
+    Each row still gets its own compare-and-swap, fact and event (ADR-0072 D3); they commit
+    together. On PostgreSQL the chosen rows are first locked with ``FOR UPDATE SKIP LOCKED``,
+    so concurrent claimers skip each other's rows instead of queueing behind them. A row whose
+    serialization key turns out to be running elsewhere is rolled back alone (a savepoint) and
+    stays blocked for the rest of the pass (ADR-0071 D5, R7).
+    """
+    keyed = any(r.get("concurrency_key") for r in candidates)
+    blocked: set[str] = set()
+    if keyed:
+        blocked = {r["concurrency_key"] for r in await db.fetchall("run_running_concurrency_keys")}
+    claimed: list[Claimed] = []
+    async with db.transaction(now=now) as tx:
+        lockable = await tx.fetchall(
+            "run_lock_candidates", {"ids": json.dumps([r["id"] for r in candidates])}
+        )
+        free = {r["id"] for r in lockable}
+        for row in candidates:
+            if len(claimed) >= limit:
+                break
+            if row["id"] not in free:
+                continue  # another claimer holds it, or it is no longer queued
+            key = row.get("concurrency_key")
+            if key is not None and key in blocked:
+                continue
+            request, guard, patch, lease = _claim_request(spec, row, now=tx.now)
+            digest = request_hash(request)
+            try:
+                if key is None:
+                    result, updated = await apply_transition(
+                        tx, request, guard=guard, patch=patch, digest=digest, returning=("*",)
+                    )
+                else:
+                    blocked.add(key)  # stays blocked for the rest of the pass
+                    async with tx.savepoint():
+                        result, updated = await apply_transition(
+                            tx, request, guard=guard, patch=patch, digest=digest, returning=("*",)
+                        )
+            except LostToConcurrencyKey:
+                continue
+            if result.applied and not result.replayed and updated is not None:
+                claimed.append(Claimed(lease=lease, row=updated))
+    return claimed
+
+
+async def claim_rows(
+    db: StateDB, spec: WorkerSpec, *, limit: int = CLAIM_CAP, now: float | None = None
+) -> list[Claimed]:
+    """Claim up to ``min(limit, 20)`` runs this worker can serve; never blocks.
+
+    One round trip reads the pass's time (R9: the store's clock, once), this worker's heartbeat
+    and the attempt ceiling (R6); then candidates are paged and claimed in one transaction. A
+    lost claim or a concurrent cancel is skipped and not retried in this pass.
+    """
+    limit = min(limit, CLAIM_CAP)
+    if limit <= 0:
+        return []
+    context = await db.fetchone("claim_context", {"worker_id": spec.worker_id, "now": now})
+    assert context is not None
+    now = float(context["now"])
+    last = context["last_heartbeat_at"]
+    if last is not None and now - float(last) > spec.heartbeat_ttl:
+        return []  # a known worker with a stale heartbeat claims nothing (ADR-0071 D4)
+    max_attempts = int(context["max_attempts"] or DEFAULT_MAX_ATTEMPTS)
+    candidates = await find_candidates(db, spec, limit=limit, max_attempts=max_attempts)
+    if not candidates:
+        return []
+    return await claim_batch(db, spec, candidates, limit=limit, now=now)
 
 
 async def claim_runs(
     db: StateDB, spec: WorkerSpec, *, limit: int = CLAIM_CAP, now: float | None = None
 ) -> list[Lease]:
-    """Claim up to ``min(limit, 20)`` runs this worker can serve; never blocks.
-
-    Each claim is its own guarded transition: a lost claim or a concurrent cancel is skipped and
-    not retried in this pass.
-    """
-    limit = min(limit, CLAIM_CAP)
-    if limit <= 0:
-        return []
-    if now is None:
-        now = await db.now()  # R9: the store's clock, read once for the whole pass
-    if await is_stale_worker(db, spec, now):
-        return []
-    max_attempts = await get_max_attempts(db)
-    candidates = await find_candidates(db, spec, limit=limit, max_attempts=max_attempts)
-    if not candidates:
-        return []
-    blocked = {r["concurrency_key"] for r in await db.fetchall("run_running_concurrency_keys")}
-    leases: list[Lease] = []
-    for row in candidates:
-        if len(leases) >= limit:
-            break
-        key = row.get("concurrency_key")
-        if key is not None and key in blocked:
-            continue
-        lease = await claim_one(db, spec, row, now=now)
-        if key is not None:
-            blocked.add(key)  # stays blocked for the rest of the pass (ADR-0071 D5)
-        if lease is not None:
-            leases.append(lease)
-    return leases
+    """Like ``claim_rows``, returning only the leases."""
+    return [c.lease for c in await claim_rows(db, spec, limit=limit, now=now)]

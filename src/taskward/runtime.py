@@ -31,6 +31,7 @@ from taskward.execution import RetryPolicy
 from taskward.host.engine_host import ResidentEngineHost
 from taskward.host.local import AdapterRunner, LocalSummaryStore, LocalTaskSource, TaskSession
 from taskward.host.models import Task
+from taskward.loops import raise_if_cancelling
 from taskward.maintenance.reaper import (
     DEFAULT_DEADLINE_GRACE_SECONDS,
     reap_deadlines,
@@ -90,22 +91,30 @@ class WorkerRuntime:
         self.registry = registry
         self.config = config
         self.spec = WorkerSpec(
-            worker_id=config.worker_id, kinds=registry.kinds(),
-            execution_targets=config.execution_targets, capabilities=config.capabilities,
-            lease_ttl=config.lease_ttl, heartbeat_ttl=config.heartbeat_ttl,
-            default_timeout_s=config.default_timeout_s, lease_slack_s=config.lease_slack_s,
+            worker_id=config.worker_id,
+            kinds=registry.kinds(),
+            execution_targets=config.execution_targets,
+            capabilities=config.capabilities,
+            lease_ttl=config.lease_ttl,
+            heartbeat_ttl=config.heartbeat_ttl,
+            default_timeout_s=config.default_timeout_s,
+            lease_slack_s=config.lease_slack_s,
         )
-        self.source = LocalTaskSource(db, self.spec, retry_policy=config.retry_policy,
-                                      cwd=config.cwd)
+        self.source = LocalTaskSource(
+            db, self.spec, retry_policy=config.retry_policy, cwd=config.cwd
+        )
         self.summaries = LocalSummaryStore(db)
         self.exit_code = EXIT_OK
         self._idle_passes = 0
         self.host = ResidentEngineHost(
-            source=self.source, summaries=self.summaries,
-            max_concurrent_tasks=config.concurrency, session_factory=TaskSession,
+            source=self.source,
+            summaries=self.summaries,
+            max_concurrent_tasks=config.concurrency,
+            session_factory=TaskSession,
             run_task=AdapterRunner(registry, self.source),
             should_stop_claiming=self._should_stop_claiming,
-            idle_wait_s=config.idle_wait_s, on_event=on_event,
+            idle_wait_s=config.idle_wait_s,
+            on_event=on_event,
         )
         self._signals = 0
         self._serve: asyncio.Task[None] | None = None
@@ -125,21 +134,29 @@ class WorkerRuntime:
     async def heartbeat(self) -> None:
         active = self.host.active_tasks
         await register_heartbeat(
-            self.db, worker_id=self.worker_id,
+            self.db,
+            worker_id=self.worker_id,
             advertised_capabilities=list(self.config.capabilities),
             execution_targets=list(self.config.execution_targets),
-            served_kinds=self.registry.kinds(), concurrency=self.config.concurrency,
+            served_kinds=self.registry.kinds(),
+            concurrency=self.config.concurrency,
             leased_run_id=active[0].id if active else None,
         )
 
     async def maintain_once(self) -> dict[str, int]:
         counts = await reap_expired_leases(self.db, retry_policy=self.config.retry_policy)
-        counts.update(await reap_deadlines(self.db, grace_s=self.config.deadline_grace_s,
-                                           heartbeat_ttl=self.config.heartbeat_ttl))
+        counts.update(
+            await reap_deadlines(
+                self.db,
+                grace_s=self.config.deadline_grace_s,
+                heartbeat_ttl=self.config.heartbeat_ttl,
+            )
+        )
         return counts
 
     async def _every(self, interval_s: float, action: Callable[[], Any], name: str) -> None:
         while True:
+            raise_if_cancelling()
             try:
                 await action()
             except Exception as exc:  # the store may be briefly away; try again next time
@@ -149,6 +166,7 @@ class WorkerRuntime:
     async def _burst_watch(self) -> None:
         """With exit_when_idle: stop claiming once a claim pass finds nothing and no task runs."""
         while True:
+            raise_if_cancelling()
             await asyncio.sleep(self.config.idle_wait_s)
             if self.host.active_count == 0 and not await self._has_claimable():
                 self.host.stop_claiming("idle")
@@ -161,8 +179,9 @@ class WorkerRuntime:
         max_attempts = await get_max_attempts(self.db)
         # any retry_wait row will come back: burst mode waits for it
         due = await self.db.fetchall("run_due_retries", {"now": float("inf"), "limit": 1})
-        return bool(due) or bool(await find_candidates(self.db, self.spec, limit=1,
-                                                        max_attempts=max_attempts))
+        return bool(due) or bool(
+            await find_candidates(self.db, self.spec, limit=1, max_attempts=max_attempts)
+        )
 
     def request_stop(self) -> None:
         """First call drains; a second cancels active tasks cooperatively."""
@@ -183,12 +202,17 @@ class WorkerRuntime:
         """Serve until drained; returns the process exit code."""
         await self.heartbeat()
         background = [
-            asyncio.create_task(self._every(self.config.heartbeat_interval_s, self.heartbeat,
-                                            "heartbeat")),
-            asyncio.create_task(self._every(self.config.reap_interval_s, self.maintain_once,
-                                            "reaper")),
-            asyncio.create_task(watch_cancellations(self.db, lambda: self.source.tokens,
-                                                    poll_s=self.config.cancel_poll_s)),
+            asyncio.create_task(
+                self._every(self.config.heartbeat_interval_s, self.heartbeat, "heartbeat")
+            ),
+            asyncio.create_task(
+                self._every(self.config.reap_interval_s, self.maintain_once, "reaper")
+            ),
+            asyncio.create_task(
+                watch_cancellations(
+                    self.db, lambda: self.source.tokens, poll_s=self.config.cancel_poll_s
+                )
+            ),
         ]
         if self.config.exit_when_idle:
             background.append(asyncio.create_task(self._burst_watch()))

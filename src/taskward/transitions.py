@@ -1,6 +1,6 @@
 """``transition_task``: the only code that changes a run's status (ADR-0072 D3).
 
-Checks run in the order of DESIGN.md R3:
+Checks run, as a caller observes them, in the order of DESIGN.md R3:
   1. static checks raise before any I/O: entity type, reason code (closed list), guard and
      patch columns (allowlist), declared edge (R2);
   2. a replayed transition idempotency key returns its original result (different content
@@ -15,7 +15,7 @@ task event commit in one transaction, or none of them do.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from taskward.canonical import content_hash, dumps
@@ -26,13 +26,15 @@ from taskward.store.port import (
     RUN_GUARD_COLUMNS,
     RUN_PATCH_COLUMNS,
     ConcurrencyKeyBusy,
+    Row,
     StateDB,
     Tx,
 )
 
 
-class _LostToConcurrencyKey(Exception):
-    """Internal: leave the transaction (rolling it back) and report a conflict."""
+class LostToConcurrencyKey(Exception):
+    """Internal: the write would run a second row with a running serialization key (R7); leave
+    the transaction or savepoint (rolling it back) and report a lost claim."""
 
 
 def _check_static(
@@ -63,6 +65,35 @@ def lease_id(leased_by: str | None, lease_attempts: int | None) -> str | None:
     return f"{leased_by}/{lease_attempts or 0}"
 
 
+class KeyAlreadyUsed(Exception):
+    """Internal: the transition's idempotency key already has a fact. The caller lets the
+    transaction roll back and answers with ``replayed_result``."""
+
+
+async def replayed_result(
+    reader: Tx | StateDB, request: TransitionRequest, digest: str
+) -> TransitionResult | None:
+    """The original result of a used key; raises when the key was used with other content."""
+    replay = await reader.fetchone(
+        "fact_get_by_key",
+        {"entity_id": request.entity_id, "idempotency_key": request.idempotency_key},
+    )
+    if replay is None:
+        return None
+    if replay["request_hash"] != digest:
+        raise TransitionIdempotencyConflict(
+            request.entity_id, request.idempotency_key, replay["id"]
+        )
+    return TransitionResult(
+        applied=True,
+        previous_state=replay["previous_status"],
+        current_state=replay["status"],
+        transition_id=replay["id"],
+        event_id=replay["event_id"],
+        replayed=True,
+    )
+
+
 async def apply_transition(
     tx: Tx,
     request: TransitionRequest,
@@ -70,25 +101,17 @@ async def apply_transition(
     guard: Mapping[str, Any],
     patch: Mapping[str, Any],
     digest: str,
-) -> TransitionResult:
-    """Steps 2-4 of R3 inside an open transaction (callers did the static checks)."""
-    replay = await tx.fetchone(
-        "fact_get_by_key",
-        {"entity_id": request.entity_id, "idempotency_key": request.idempotency_key},
-    )
-    if replay is not None:
-        if replay["request_hash"] != digest:
-            raise TransitionIdempotencyConflict(
-                request.entity_id, request.idempotency_key, replay["id"]
-            )
-        return TransitionResult(
-            applied=True,
-            previous_state=replay["previous_status"],
-            current_state=replay["status"],
-            transition_id=replay["id"],
-            event_id=replay["event_id"],
-            replayed=True,
-        )
+    returning: Sequence[str] = ("leased_by", "lease_attempts"),
+) -> tuple[TransitionResult, Row | None]:
+    """Steps 2-4 of R3 inside an open transaction (callers did the static checks).
+
+    The compare-and-swap runs first and the fact insert is ``ON CONFLICT DO NOTHING`` on the
+    unique (entity_id, idempotency_key) index: a used key can never apply twice (the insert
+    finds it and ``KeyAlreadyUsed`` rolls the update back), and a lost compare-and-swap looks for
+    a replay before it reports a missing row or a conflict. What a caller observes is exactly
+    R3's order, with one statement fewer on the common path. Returns the result and the
+    ``returning`` columns of the updated row (None when nothing was written).
+    """
     transition_id = str(uuid.uuid4())
     values: dict[str, Any] = {
         "status": request.to_state,
@@ -98,17 +121,21 @@ async def apply_transition(
         "status_evidence_refs": dumps(request.reason.evidence_refs),
         **patch,
     }
+    wanted = (
+        tuple(returning)
+        if "*" in returning
+        else (*returning, *(c for c in ("leased_by", "lease_attempts") if c not in returning))
+    )
     try:
         updated = await tx.run_update_if(
-            request.entity_id,
-            request.from_state,
-            values,
-            guard,
-            returning=("leased_by", "lease_attempts"),
+            request.entity_id, request.from_state, values, guard, returning=wanted
         )
     except ConcurrencyKeyBusy as exc:
-        raise _LostToConcurrencyKey from exc
+        raise LostToConcurrencyKey from exc
     if updated is None:
+        replay = await replayed_result(tx, request, digest)
+        if replay is not None:
+            return replay, None
         observed = await tx.fetchone("run_status", {"id": request.entity_id})
         if observed is None:
             raise TaskNotFound(request.entity_id)
@@ -118,9 +145,9 @@ async def apply_transition(
             previous_state=request.from_state,
             current_state=observed["status"],
             transition_id=transition_id,
-        )
+        ), None
     event_id = str(uuid.uuid4())
-    await tx.execute(
+    inserted = await tx.fetchone(
         "fact_insert",
         {
             "id": transition_id,
@@ -144,6 +171,8 @@ async def apply_transition(
             else lease_id(updated["leased_by"], updated["lease_attempts"]),
         },
     )
+    if inserted is None:
+        raise KeyAlreadyUsed(request.idempotency_key)
     await tx.execute(
         "event_insert",
         {
@@ -170,7 +199,7 @@ async def apply_transition(
         current_state=request.to_state,
         transition_id=transition_id,
         event_id=event_id,
-    )
+    ), updated
 
 
 async def transition_task(
@@ -197,8 +226,13 @@ async def transition_task(
     digest = request_hash(request)
     try:
         async with db.transaction(now=now) as tx:
-            return await apply_transition(tx, request, guard=guard, patch=patch, digest=digest)
-    except _LostToConcurrencyKey:
+            result, _ = await apply_transition(tx, request, guard=guard, patch=patch, digest=digest)
+            return result
+    except KeyAlreadyUsed:
+        replay = await replayed_result(db, request, digest)
+        assert replay is not None  # facts are append-only: the key cannot have vanished
+        return replay
+    except LostToConcurrencyKey:
         observed = await db.fetchone("run_status", {"id": request.entity_id})
         return TransitionResult(
             applied=False,

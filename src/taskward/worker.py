@@ -28,6 +28,7 @@ from taskward.claims import (
     new_worker_id,
 )
 from taskward.execution import RetryPolicy, execute_lease, settle_lease
+from taskward.loops import raise_if_cancelling
 from taskward.maintenance.reaper import reap_expired_leases
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.settings import get_max_attempts
@@ -113,6 +114,7 @@ async def watch_cancellations(
     """
     signal = db.signal("cancel")
     while True:
+        raise_if_cancelling()
         seen = signal.seq
         live = tokens()
         active = [task_id for task_id, token in live.items() if not token.is_cancelled]

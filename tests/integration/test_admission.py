@@ -188,3 +188,22 @@ async def test_default_registry_is_used_when_none_is_given(db: StateDB) -> None:
     assert (await taskward.get_task(db, task_id))["action_kind"] == "agent"
     with pytest.raises(TaskValidationError):  # command allowlist is empty by default
         await submit_task(db, app(idempotency_key="other"))
+
+
+@pytest.mark.parametrize(
+    "args,caps,ref,lib_hash",
+    [({}, [], None, None), ({"b": [1, {"z": None, "a": "é"}], "a": 1.5}, ["x", "y"], "lib@1",
+                            "sha256:00")],
+)
+def test_spliced_hash_equals_the_hash_of_the_canonical_dict(
+    args: dict[str, object], caps: list[str], ref: str | None, lib_hash: str | None
+) -> None:
+    from taskward.admission import application_hash_of
+    from taskward.canonical import canonical_json, content_hash
+
+    expected = content_hash({
+        "action_kind": "command", "args": args, "execution_target": "host",
+        "required_capabilities": caps, "library_ref": ref, "library_content_hash": lib_hash,
+    })
+    assert application_hash_of("command", canonical_json(args), "host", caps, ref,
+                               lib_hash) == expected

@@ -28,6 +28,7 @@ from typing import Any
 
 from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
 from taskward.host.ports import SummaryStore, TaskSource
+from taskward.loops import raise_if_cancelling
 
 log = logging.getLogger("taskward.host")
 
@@ -106,6 +107,8 @@ class ResidentEngineHost:
         self._stopping = False
         self._slot_freed = asyncio.Event()
         self._stop_event = asyncio.Event()
+        self._claims_settled = asyncio.Event()
+        self._claims_settled.set()
         self._shutdown = False
 
     # -- public ----------------------------------------------------------------------------
@@ -128,6 +131,9 @@ class ResidentEngineHost:
     async def drain(self) -> None:
         """Stop claiming and return once every active job has settled its acknowledgement."""
         self.stop_claiming("drain")
+        # A claim already in flight may still hand this host leased tasks: they are active
+        # jobs too, so wait for the claim to settle before waiting for the jobs (D3).
+        await self._claims_settled.wait()
         while self._active:
             await asyncio.gather(*list(self._active), return_exceptions=True)
 
@@ -136,6 +142,7 @@ class ResidentEngineHost:
         claiming and cooperatively cancels active jobs, which report a retryable failure."""
         try:
             while not self._stopping:
+                raise_if_cancelling()
                 if self.should_stop_claiming():
                     self.stop_claiming("should_stop_claiming")
                     break
@@ -143,12 +150,16 @@ class ResidentEngineHost:
                 if free <= 0:
                     await self._wait_for_slot()
                     continue
-                tasks = await self._claim(free)
+                self._claims_settled.clear()
+                try:
+                    tasks = await self._claim(free)
+                    for task in tasks:
+                        self._start(task)
+                finally:
+                    self._claims_settled.set()
                 if not tasks:
                     await self._idle()
                     continue
-                for task in tasks:
-                    self._start(task)
             await self.drain()
         except asyncio.CancelledError:
             self._stopping = True
@@ -187,8 +198,9 @@ class ResidentEngineHost:
         else:
             waiters.append(asyncio.ensure_future(asyncio.sleep(self.idle_wait_s)))
         try:
-            await asyncio.wait(waiters, timeout=self.idle_wait_s,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                waiters, timeout=self.idle_wait_s, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             for waiter in waiters:
                 waiter.cancel()
@@ -233,17 +245,27 @@ class ResidentEngineHost:
     def _precheck(self, task: Task) -> TaskFailure | None:
         now = self.clock()
         if task.lease_expires_at <= now:
-            return TaskFailure(code="invalid_task", retryable=True,
-                               detail="lease already expired when the host received it")
+            return TaskFailure(
+                code="invalid_task",
+                retryable=True,
+                detail="lease already expired when the host received it",
+            )
         if task.deadline > task.lease_expires_at:
-            return TaskFailure(code="invalid_task", retryable=False,
-                               detail="lease cannot cover the task's deadline")
+            return TaskFailure(
+                code="invalid_task",
+                retryable=False,
+                detail="lease cannot cover the task's deadline",
+            )
         if now >= task.deadline:
-            return TaskFailure(code="deadline", retryable=True,
-                               detail="deadline reached before the task started")
+            return TaskFailure(
+                code="deadline", retryable=True, detail="deadline reached before the task started"
+            )
         if not task.cwd.exists() or not task.cwd.is_dir():
-            return TaskFailure(code="invalid_task", retryable=False,
-                               detail=f"cwd {str(task.cwd)!r} is not an existing directory")
+            return TaskFailure(
+                code="invalid_task",
+                retryable=False,
+                detail=f"cwd {str(task.cwd)!r} is not an existing directory",
+            )
         return None
 
     async def _job(self, task: Task) -> None:
@@ -258,34 +280,63 @@ class ResidentEngineHost:
         try:
             session = self.session_factory()
         except Exception as exc:
-            await self._report_failure(task, key, TaskFailure(
-                code="flow_failed", retryable=True, detail=f"session setup failed: {exc!r}"))
+            await self._report_failure(
+                task,
+                key,
+                TaskFailure(
+                    code="flow_failed", retryable=True, detail=f"session setup failed: {exc!r}"
+                ),
+            )
             return
         budget = (task.deadline - self.clock()).total_seconds()
+        watchdog = asyncio.timeout(budget)
         try:
-            output = await asyncio.wait_for(self.run_task(task, session), timeout=budget)
-        except TimeoutError:
-            await self._report_failure(task, key, TaskFailure(
-                code="deadline", retryable=True, detail="watchdog: deadline reached"))
+            async with watchdog:
+                output = await self.run_task(task, session)
+        except TimeoutError as exc:
+            # Only the watchdog's own expiry is a deadline; a TimeoutError the flow raised
+            # before the deadline is a flow failure (D4 classification, D5 watchdog).
+            failure = (
+                TaskFailure(code="deadline", retryable=True, detail="watchdog: deadline reached")
+                if watchdog.expired()
+                else TaskFailure(code="flow_failed", retryable=True, detail=f"TimeoutError: {exc}")
+            )
+            await self._report_failure(task, key, failure)
             return
         except TaskRunFailure as exc:
             code = exc.code if exc.code in _FAILURE_CODES else "flow_failed"
-            await self._report_failure(task, key, TaskFailure(
-                code=code, retryable=exc.retryable, detail=exc.detail))
+            await self._report_failure(
+                task, key, TaskFailure(code=code, retryable=exc.retryable, detail=exc.detail)
+            )
             return
         except asyncio.CancelledError:
             # R10: a host shutdown is a retryable failure, never a cancelled task.
-            await asyncio.shield(self._report_failure(task, key, TaskFailure(
-                code="cancelled", retryable=True, detail="host shutdown")))
+            await asyncio.shield(
+                self._report_failure(
+                    task, key, TaskFailure(code="cancelled", retryable=True, detail="host shutdown")
+                )
+            )
             raise
         except Exception as exc:
-            await self._report_failure(task, key, TaskFailure(
-                code="flow_failed", retryable=True, detail=f"{type(exc).__name__}: {exc}"))
+            await self._report_failure(
+                task,
+                key,
+                TaskFailure(
+                    code="flow_failed", retryable=True, detail=f"{type(exc).__name__}: {exc}"
+                ),
+            )
             return
         await self._complete(task, key, session, output, started, started_mono)
 
-    async def _complete(self, task: Task, key: str, session: Any, output: dict[str, Any],
-                        started: datetime, started_mono: float) -> None:
+    async def _complete(
+        self,
+        task: Task,
+        key: str,
+        session: Any,
+        output: dict[str, Any],
+        started: datetime,
+        started_mono: float,
+    ) -> None:
         try:
             ended = self.clock()
             facts = {
@@ -307,17 +358,27 @@ class ResidentEngineHost:
                     narrative = await self.summarize(task, session, output)
                 except Exception as exc:
                     log.warning("task %s: narrative failed: %r", task.id, exc)
-            summary = SessionSummary(facts=facts, narrative=narrative,
-                                     manifest_ref=manifest_ref_for(task))
+            summary = SessionSummary(
+                facts=facts, narrative=narrative, manifest_ref=manifest_ref_for(task)
+            )
             await self.summaries.write(key, summary)
         except Exception as exc:
-            await self._report_failure(task, key, TaskFailure(
-                code="summary_failed", retryable=True, detail=f"summary not written: {exc!r}"))
+            await self._report_failure(
+                task,
+                key,
+                TaskFailure(
+                    code="summary_failed", retryable=True, detail=f"summary not written: {exc!r}"
+                ),
+            )
             return
         try:
-            ack = await asyncio.shield(self.source.complete(
-                task.id, task.lease_id, TaskResult(run_id=key, status="completed",
-                                                   summary_ref=key)))
+            ack = await asyncio.shield(
+                self.source.complete(
+                    task.id,
+                    task.lease_id,
+                    TaskResult(run_id=key, status="completed", summary_ref=key),
+                )
+            )
         except Exception as exc:
             self._keep_error(f"task {task.id}: complete failed: {exc!r}")
             return
@@ -335,8 +396,9 @@ class ResidentEngineHost:
             return
         self._note_ack(task, ack, "failed", failure=failure)
 
-    def _note_ack(self, task: Task, ack: TaskAck, outcome: str,
-                  failure: TaskFailure | None = None) -> None:
+    def _note_ack(
+        self, task: Task, ack: TaskAck, outcome: str, failure: TaskFailure | None = None
+    ) -> None:
         if not ack.applied:
             # An ownership loss, not a host success (D4 step 7).
             self.stats.ack_rejected += 1
@@ -349,5 +411,5 @@ class ResidentEngineHost:
 
 
 _FAILURE_CODES = frozenset(
-    {"invalid_task", "flow_failed", "cancelled", "deadline", "summary_failed",
-     "escalation_give_up"})
+    {"invalid_task", "flow_failed", "cancelled", "deadline", "summary_failed", "escalation_give_up"}
+)

@@ -23,10 +23,10 @@ from taskward.errors import TransitionIdempotencyConflict
 from taskward.execution import Outcome, RetryPolicy, execute_lease, finish_run, outcome_for
 from taskward.host.engine_host import TaskRunFailure
 from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
+from taskward.models import Actor
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.settings import get_max_attempts
 from taskward.store.port import Row, StateDB
-from taskward.transitions import lease_id as make_lease_id
 
 log = logging.getLogger("taskward.host.local")
 
@@ -134,12 +134,14 @@ class LocalTaskSource:
     # -- acknowledgements ------------------------------------------------------------------
 
     async def complete(self, task_id: str, lease_id: str, result: TaskResult) -> TaskAck:
-        return await self._acknowledge(task_id, lease_id, result.model_dump(mode="json"),
-                                       completed=result)
+        return await self._acknowledge(
+            task_id, lease_id, result.model_dump(mode="json"), completed=result
+        )
 
     async def fail(self, task_id: str, lease_id: str, failure: TaskFailure) -> TaskAck:
-        return await self._acknowledge(task_id, lease_id, failure.model_dump(mode="json"),
-                                       failure=failure)
+        return await self._acknowledge(
+            task_id, lease_id, failure.model_dump(mode="json"), failure=failure
+        )
 
     async def _acknowledge(
         self,
@@ -153,8 +155,11 @@ class LocalTaskSource:
         digest = canonical_json(payload)
         cached = self._acks.get((task_id, lease_id))
         if cached is not None:  # exact replay: same answer, no repeated effects
-            return cached[1] if cached[0] == digest else TaskAck(applied=False,
-                                                                 rejection="stale_lease")
+            return (
+                cached[1]
+                if cached[0] == digest
+                else TaskAck(applied=False, rejection="stale_lease")
+            )
         row = await self.db.fetchone("run_get", {"id": task_id})
         if row is None or (row["lease_attempts"] == 0 and row["leased_by"] is None):
             return TaskAck(applied=False, rejection="missing_holder")
@@ -167,38 +172,66 @@ class LocalTaskSource:
         now = await self.db.now()
         max_attempts = await get_max_attempts(self.db)
         execution = claim.result if claim and claim.lease.lease_id == lease_id else None
-        outcome = self._outcome(row, lease, payload, execution, completed, failure,
-                                max_attempts=max_attempts, now=now)
+        outcome = self._outcome(
+            row, lease, payload, execution, completed, failure, max_attempts=max_attempts, now=now
+        )
         evidence = list(execution.evidence_refs) if execution else []
         if completed is not None:
             evidence.append({"kind": "summary", "session_key": completed.summary_ref})
         try:
-            transition = await finish_run(self.db, lease, outcome, actor=self.spec.actor,
-                                          evidence_refs=evidence, now=now, key_suffix="ack")
+            # The actor is the lease's holder, not this source instance, so an exact replay
+            # presented through another source (a restarted host) is the same request (D2).
+            transition = await finish_run(
+                self.db,
+                lease,
+                outcome,
+                actor=Actor(type="system", id=holder),
+                evidence_refs=evidence,
+                now=now,
+                key_suffix="ack",
+            )
         except TransitionIdempotencyConflict:
+            self._forget(task_id, lease_id)
             return TaskAck(applied=False, rejection="stale_lease")
         if not transition.applied:
+            # The row moved on (reclaimed, reaped, cancelled): this lease can never be
+            # acknowledged again, so the side channel need not remember it.
+            self._forget(task_id, lease_id)
             return TaskAck(applied=False, rejection="stale_lease")
-        ack = TaskAck(applied=True, rejection="attempt_ceiling"
-                      if outcome.reason_code == "attempt_ceiling" else None)
+        ack = TaskAck(
+            applied=True,
+            rejection="attempt_ceiling" if outcome.reason_code == "attempt_ceiling" else None,
+        )
         self._acks[(task_id, lease_id)] = (digest, ack)
         while len(self._acks) > ACK_CACHE_SIZE:
             self._acks.popitem(last=False)
+        self._forget(task_id, lease_id)
+        return ack
+
+    def _forget(self, task_id: str, lease_id: str) -> None:
+        claim = self._claims.get(task_id)
         if claim is not None and claim.lease.lease_id == lease_id:
             del self._claims[task_id]
-        return ack
 
     @staticmethod
     def _lease(row: Row, holder: str, attempt: int, claim: ClaimedRun | None) -> Lease:
         if claim is not None and claim.lease.leased_by == holder and claim.lease.attempt == attempt:
             return claim.lease
         # Judged by database state (R4): the presented lease is guarded against the row.
-        expires = row["lease_expires_at"] if (row["leased_by"], row["lease_attempts"]) == (
-            holder, attempt) else -1.0
-        return Lease(task_id=row["id"], leased_by=holder, attempt=attempt,
-                     lease_expires_at=expires if expires is not None else -1.0,
-                     deadline_at=row["deadline_at"] or 0.0, claimed_at=0.0,
-                     action_kind=row["action_kind"])
+        expires = (
+            row["lease_expires_at"]
+            if (row["leased_by"], row["lease_attempts"]) == (holder, attempt)
+            else -1.0
+        )
+        return Lease(
+            task_id=row["id"],
+            leased_by=holder,
+            attempt=attempt,
+            lease_expires_at=expires if expires is not None else -1.0,
+            deadline_at=row["deadline_at"] or 0.0,
+            claimed_at=0.0,
+            action_kind=row["action_kind"],
+        )
 
     def _outcome(
         self,
@@ -213,40 +246,83 @@ class LocalTaskSource:
         now: float,
     ) -> Outcome:
         if completed is not None:
-            result = execution if execution and execution.status == "completed" else (
-                TaskExecutionResult(status="completed", exit_code=0))
-            return outcome_for(result, lease, max_attempts=max_attempts,
-                               cancel_requested=False, now=now, policy=self.policy)
+            result = (
+                execution
+                if execution and execution.status == "completed"
+                else (TaskExecutionResult(status="completed", exit_code=0))
+            )
+            return outcome_for(
+                result,
+                lease,
+                max_attempts=max_attempts,
+                cancel_requested=False,
+                now=now,
+                policy=self.policy,
+            )
         assert failure is not None
         exit_code = execution.exit_code if execution else None
         detail = failure.detail
         if failure.retryable:
             if failure.code == "cancelled" and lease.attempt < max_attempts:
                 # R10: a host shutdown is retryable and the retry is due at once.
-                return Outcome("retry_wait", "host_shutdown", detail,
-                               {"retry_at": now, "leased_by": None, "lease_expires_at": None,
-                                "exit_code": exit_code, "error_detail": detail})
+                return Outcome(
+                    "retry_wait",
+                    "host_shutdown",
+                    detail,
+                    {
+                        "retry_at": now,
+                        "leased_by": None,
+                        "lease_expires_at": None,
+                        "exit_code": exit_code,
+                        "error_detail": detail,
+                    },
+                )
             status = "timed_out" if failure.code == "deadline" else "failed"
             result = TaskExecutionResult(
-                status="timed_out" if status == "timed_out" else "failed", retryable=True,
-                exit_code=exit_code, error_detail=f"{failure.code}: {detail}",
-                invocation_id=execution.invocation_id if execution else None)
-            outcome = outcome_for(result, lease, max_attempts=max_attempts,
-                                  cancel_requested=False, now=now, policy=self.policy)
-            if outcome.to_state == "retry_wait" and failure.code in {"summary_failed",
-                                                                     "invalid_task"}:
+                status="timed_out" if status == "timed_out" else "failed",
+                retryable=True,
+                exit_code=exit_code,
+                error_detail=f"{failure.code}: {detail}",
+                invocation_id=execution.invocation_id if execution else None,
+            )
+            outcome = outcome_for(
+                result,
+                lease,
+                max_attempts=max_attempts,
+                cancel_requested=False,
+                now=now,
+                policy=self.policy,
+            )
+            if outcome.to_state == "retry_wait" and failure.code in {
+                "summary_failed",
+                "invalid_task",
+            }:
                 return Outcome("retry_wait", failure.code, outcome.summary, outcome.patch)
             return outcome
         if failure.code == "cancelled":
-            result = TaskExecutionResult(status="cancelled", exit_code=exit_code,
-                                         error_detail=detail)
-            return outcome_for(result, lease, max_attempts=max_attempts,
-                               cancel_requested=row["cancel_requested_at"] is not None,
-                               now=now, policy=self.policy)
+            result = TaskExecutionResult(
+                status="cancelled", exit_code=exit_code, error_detail=detail
+            )
+            return outcome_for(
+                result,
+                lease,
+                max_attempts=max_attempts,
+                cancel_requested=row["cancel_requested_at"] is not None,
+                now=now,
+                policy=self.policy,
+            )
         code = "invalid_task" if failure.code == "invalid_task" else "execution_failed"
-        return Outcome("failed", code, f"{failure.code}: {detail}",
-                       {"ended_at": now, "exit_code": exit_code, "error_detail": detail[-4000:],
-                        "invocation_id": execution.invocation_id if execution else None})
+        return Outcome(
+            "failed",
+            code,
+            f"{failure.code}: {detail}",
+            {
+                "ended_at": now,
+                "exit_code": exit_code,
+                "error_detail": detail[-4000:],
+                "invocation_id": execution.invocation_id if execution else None,
+            },
+        )
 
 
 class LocalSummaryStore:
@@ -267,22 +343,36 @@ class LocalSummaryStore:
         digest = content_hash(body)
         task_id, attempt = self._split(session_key)
         async with self.db.transaction() as tx:
-            changed = await tx.execute("summary_write", {
-                "session_key": session_key, "task_id": task_id, "attempt": attempt,
-                "summary": canonical_json(body), "summary_hash": digest})
+            changed = await tx.execute(
+                "summary_write",
+                {
+                    "session_key": session_key,
+                    "task_id": task_id,
+                    "attempt": attempt,
+                    "summary": canonical_json(body),
+                    "summary_hash": digest,
+                },
+            )
             if changed:
                 return
             existing = await tx.fetchone("summary_get", {"session_key": session_key})
         if existing is None or existing["summary_hash"] != digest:
             raise SummaryConflict(
-                f"session {session_key!r} already has a different complete summary")
+                f"session {session_key!r} already has a different complete summary"
+            )
 
     async def mark_pending(self, session_key: str, reason: str) -> None:
         task_id, attempt = self._split(session_key)
         async with self.db.transaction() as tx:
-            await tx.execute("summary_mark_pending", {
-                "session_key": session_key, "task_id": task_id, "attempt": attempt,
-                "reason": reason[:4000]})
+            await tx.execute(
+                "summary_mark_pending",
+                {
+                    "session_key": session_key,
+                    "task_id": task_id,
+                    "attempt": attempt,
+                    "reason": reason[:4000],
+                },
+            )
 
     async def get(self, session_key: str) -> Row | None:
         return await self.db.fetchone("summary_get", {"session_key": session_key})
@@ -306,24 +396,28 @@ class AdapterRunner:
 
     async def __call__(self, task: Task, session: Any) -> dict[str, Any]:
         claim = self.source.claimed(task.id)
-        result = await execute_lease(self.registry, claim.row, claim.lease,
-                                     cancellation=claim.token)
+        result = await execute_lease(
+            self.registry, claim.row, claim.lease, cancellation=claim.token
+        )
         self.source.record_result(task.id, result)
         kind = claim.lease.action_kind
         if isinstance(session, TaskSession):
             session.operation_statuses[kind] = result.status
             session.artifact_refs.extend(result.evidence_refs)
         if result.status == "completed":
-            return {"operation_statuses": {kind: "completed"},
-                    "artifact_refs": list(result.evidence_refs), "usage": {},
-                    "exit_code": result.exit_code}
+            return {
+                "operation_statuses": {kind: "completed"},
+                "artifact_refs": list(result.evidence_refs),
+                "usage": {},
+                "exit_code": result.exit_code,
+            }
         if result.status == "cancelled":
-            raise TaskRunFailure("cancelled", result.error_detail or "cancelled",
-                                 retryable=False)
+            raise TaskRunFailure("cancelled", result.error_detail or "cancelled", retryable=False)
         if result.status == "timed_out":
             raise TaskRunFailure("deadline", result.error_detail or "timed out", retryable=True)
-        raise TaskRunFailure("flow_failed", result.error_detail or "failed",
-                             retryable=result.retryable)
+        raise TaskRunFailure(
+            "flow_failed", result.error_detail or "failed", retryable=result.retryable
+        )
 
 
 async def resolve_manifest(db: StateDB, manifest_ref: str) -> dict[str, Any]:
@@ -338,8 +432,23 @@ async def resolve_manifest(db: StateDB, manifest_ref: str) -> dict[str, Any]:
     row = await db.fetchone("run_get", {"id": task_id})
     facts = await db.fetchall("fact_list", {"entity_id": task_id})
     summary = await db.fetchone("summary_get", {"session_key": f"{task_id}:{attempt}"})
-    return {"row": row, "facts": facts, "summary": summary,
-            "lease_id": make_lease_id(row["leased_by"], attempt) if row else None}
+    # That attempt's lease is the one its claim fact recorded; the row only holds the latest.
+    lease = next(
+        (
+            f["lease_id"]
+            for f in facts
+            if f["status"] == "running"
+            and f["lease_id"]
+            and str(f["lease_id"]).rpartition("/")[2] == str(attempt)
+        ),
+        None,
+    )
+    return {
+        "row": row,
+        "facts": facts,
+        "summary": summary,
+        "lease_id": lease,
+    }
 
 
 __all__ = [

@@ -41,7 +41,7 @@ def build_run_update(
     """Return ``(sql, params)`` with ``:name`` binds for a guarded update of one run."""
     settable = RUN_PATCH_COLUMNS | RUN_PROJECTION_COLUMNS
     bad = sorted(set(values) - settable) + sorted(set(guard) - RUN_GUARD_COLUMNS)
-    bad += sorted(set(returning) - _RETURNABLE)
+    bad += sorted(set(returning) - _RETURNABLE - {"*"})
     if bad:
         raise ValueError(f"columns outside the run allowlist: {', '.join(bad)}")
     params: dict[str, Any] = {}

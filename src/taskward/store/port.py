@@ -107,6 +107,10 @@ class Tx(Protocol):
         """Wake idle workers on ``channel`` ("queued", "cancel") once this transaction commits."""
         ...
 
+    def savepoint(self) -> AbstractAsyncContextManager[None]:
+        """A nested scope: an exception inside rolls back only the scope's writes."""
+        ...
+
 
 class StateDB(Protocol):
     """A taskward store. Open with ``taskward.open_db(url)``."""
@@ -122,6 +126,11 @@ class StateDB(Protocol):
     async def fetchone(self, name: str, params: Params | None = None) -> Row | None: ...
 
     async def fetchall(self, name: str, params: Params | None = None) -> list[Row]: ...
+
+    def wake(self, channel: str) -> None:
+        """Wake this process's waiters on ``channel`` now (after a write made outside
+        ``transaction()``, whose SQL notifies other processes itself)."""
+        ...
 
     def signal(self, channel: str) -> Signal:
         """The wake-up signal of ``channel``; starts watching other processes on first use."""

@@ -1,7 +1,9 @@
 """Load a dialect's ``queries.sql``: named blocks (``-- name: x``) into a dict, once.
 
 Both dialects are written with ``:name`` binds; PostgreSQL's are rewritten to psycopg's
-``%(name)s`` here, leaving ``::type`` casts alone.
+``%(name)s`` here, leaving ``::type`` casts alone. On PostgreSQL ``:now`` becomes
+``COALESCE(:now, <server transaction time>)``: a statement run on its own with no injected time
+uses the server clock, read once for it (R9), without a separate round trip.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$")
 _BIND = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+_PG_NOW = "COALESCE(%(now)s::float8, extract(epoch FROM now())::float8)"
 
 
 def parse_queries(text: str) -> dict[str, str]:
@@ -45,5 +48,5 @@ def load_queries(dialect: str) -> dict[str, str]:
     text = resources.files("taskward.store").joinpath(dialect, "queries.sql").read_text("utf-8")
     queries = parse_queries(text)
     if dialect == "postgres":
-        return {name: to_pyformat(sql) for name, sql in queries.items()}
+        return {name: to_pyformat(sql).replace("%(now)s", _PG_NOW) for name, sql in queries.items()}
     return queries

@@ -29,8 +29,11 @@ class Signal:
         if self.seq != seen:
             return True
         event = self._event
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+        # that races the event, which would leave a cancelled watcher running forever.
         try:
-            await asyncio.wait_for(event.wait(), wait_s)
+            async with asyncio.timeout(wait_s):
+                await event.wait()
         except TimeoutError:
             return self.seq != seen
         return True

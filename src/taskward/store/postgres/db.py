@@ -18,6 +18,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from taskward.errors import StoreError, StoreUnavailable
+from taskward.loops import raise_if_cancelling
 from taskward.store.guarded import build_run_update
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
 from taskward.store.port import ConcurrencyKeyBusy, Params, Row
@@ -28,6 +29,7 @@ from taskward.store.signals import CHANNELS, Signal, Signals
 MIGRATION_LOCK_KEY = 0x7461736B77617264
 
 _NOW_SQL = "SELECT extract(epoch FROM clock_timestamp())::float8 AS now"
+_BEGIN_NOW_SQL = f"BEGIN; {_NOW_SQL}".encode()
 _RUNNING_KEY_INDEX = "idx_schedule_runs_running_concurrency"
 _CHANNEL_PREFIX = "taskward_"
 
@@ -56,6 +58,21 @@ class _PgTx:
 
     def notify(self, channel: str) -> None:
         self.channels.add(channel)
+
+    @asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """A nested scope whose failure rolls back only itself."""
+        with _translate():
+            await self._conn.execute(b"SAVEPOINT tw_sp")
+        try:
+            yield
+        except BaseException:
+            with _translate():
+                await self._conn.execute(b"ROLLBACK TO SAVEPOINT tw_sp")
+                await self._conn.execute(b"RELEASE SAVEPOINT tw_sp")
+            raise
+        with _translate():
+            await self._conn.execute(b"RELEASE SAVEPOINT tw_sp")
 
     def _params(self, params: Params | None) -> dict[str, Any]:
         merged = dict(params or {})
@@ -156,6 +173,9 @@ class PostgresDB:
 
     # -- wake-ups: LISTEN/NOTIFY ------------------------------------------------------------
 
+    def wake(self, channel: str) -> None:
+        self._signals.bump(channel)
+
     def signal(self, channel: str) -> Signal:
         """Commits anywhere wake this process through LISTEN on a dedicated connection, which
         is re-established (with a wake-up, in case a notification was missed) if it drops."""
@@ -166,6 +186,7 @@ class PostgresDB:
     async def _listen(self) -> None:
         delay = 0.05
         while not self._closed:
+            raise_if_cancelling()
             try:
                 conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
                 async with conn:
@@ -190,17 +211,28 @@ class PostgresDB:
 
     @asynccontextmanager
     async def transaction(self, *, now: float | None = None) -> AsyncIterator[_PgTx]:
+        """BEGIN and the server clock travel in one round trip; NOTIFYs go out at COMMIT."""
         async with self.connection() as conn:
             with _translate():
-                async with conn.transaction():
-                    if now is None:
-                        row = await (await conn.execute(_NOW_SQL)).fetchone()
-                        assert row is not None
-                        now = float(row["now"])
-                    tx = _PgTx(conn, now)
-                    yield tx
+                if now is None:
+                    cur = await conn.execute(_BEGIN_NOW_SQL)
+                    cur.nextset()
+                    row = await cur.fetchone()
+                    assert row is not None
+                    now = float(row["now"])
+                else:
+                    await conn.execute(b"BEGIN")
+            tx = _PgTx(conn, now)
+            try:
+                yield tx
+                with _translate():
                     for channel in sorted(tx.channels):
-                        await conn.execute(f"NOTIFY {_CHANNEL_PREFIX}{channel}")
+                        await conn.execute(f"NOTIFY {_CHANNEL_PREFIX}{channel}".encode())
+                    await conn.execute(b"COMMIT")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await conn.execute(b"ROLLBACK")
+                raise
         if tx.channels:
             self._signals.bump(*tx.channels)
 
@@ -211,12 +243,9 @@ class PostgresDB:
     async def fetchall(self, name: str, params: Params | None = None) -> list[Row]:
         sql = load_queries("postgres")[name]
         merged = dict(params or {})
+        merged.setdefault("now", None)  # the SQL falls back to the server clock (R9)
         async with self.connection() as conn:
             with _translate():
-                if "%(now)s" in sql and "now" not in merged:
-                    row = await (await conn.execute(_NOW_SQL)).fetchone()
-                    assert row is not None
-                    merged["now"] = float(row["now"])
                 cur = await conn.execute(sql, merged)
                 return await cur.fetchall()
 

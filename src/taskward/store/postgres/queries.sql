@@ -10,6 +10,9 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.u
 
 -- name: run_insert_if_new
 -- Admission (ADR-0072 D2, R8): insert a queued row unless the key exists; writes no fact.
+-- One statement, its own transaction: the insert, the server clock (R9) and the wake-up of idle
+-- workers (NOTIFY, sent only when a row was inserted) in a single round trip.
+WITH inserted AS (
 INSERT INTO schedule_runs (
   id, schedule_id, invocation_id, trigger_context,
   action_kind, action_args, status, chain_depth,
@@ -26,7 +29,9 @@ INSERT INTO schedule_runs (
   :idempotency_key, :application_hash, :admission_source
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id;
+RETURNING id
+)
+SELECT id, pg_notify('taskward_queued', '') AS notified FROM inserted;
 
 -- name: run_get_by_key
 SELECT id, application_hash FROM schedule_runs WHERE idempotency_key = :idempotency_key;
@@ -54,6 +59,8 @@ SELECT status, count(*) AS n FROM schedule_runs GROUP BY status;
 SELECT * FROM status_transitions WHERE entity_id = :entity_id AND idempotency_key = :idempotency_key;
 
 -- name: fact_insert
+-- One fact per applied transition. A taken (entity_id, idempotency_key) inserts nothing and
+-- returns no row: the caller rolls back and answers with the original result (R3).
 INSERT INTO status_transitions (
   id, entity_type, entity_id, previous_status, status, reason_code, reason_summary,
   evidence_refs, source, actor, created_at, metadata, idempotency_key, request_hash,
@@ -62,7 +69,9 @@ INSERT INTO status_transitions (
   :id, :entity_type, :entity_id, :previous_status, :status, :reason_code, :reason_summary,
   :evidence_refs::jsonb, :source, :actor, :now, :metadata::jsonb, :idempotency_key, :request_hash,
   :event_id, :lease_id
-);
+)
+ON CONFLICT (entity_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id;
 
 -- name: fact_list
 SELECT * FROM status_transitions WHERE entity_id = :entity_id ORDER BY seq;
@@ -190,3 +199,17 @@ WHERE task_summaries.state = 'pending';
 
 -- name: summary_list_for_task
 SELECT * FROM task_summaries WHERE task_id = :task_id ORDER BY attempt;
+
+-- name: claim_context
+-- Everything a claim pass reads before paging, in one round trip: the pass's time (the
+-- server clock unless :now is given, R9), this worker's last heartbeat (NULL when unknown)
+-- and the attempt ceiling (R6).
+SELECT COALESCE(:now::float8, extract(epoch FROM clock_timestamp())::float8) AS now,
+       (SELECT last_heartbeat_at FROM workers WHERE worker_id = :worker_id) AS last_heartbeat_at,
+       (SELECT value FROM queue_settings WHERE name = 'max_attempts') AS max_attempts;
+
+-- name: run_lock_candidates
+-- Inside the claim transaction: the candidates still queued, locked; rows another claimer holds are skipped, not waited for.
+SELECT id FROM schedule_runs
+WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb)) AND status = 'queued'
+FOR UPDATE SKIP LOCKED;

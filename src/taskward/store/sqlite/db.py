@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from taskward.canonical import loads
 from taskward.errors import StoreError, StoreUnavailable
+from taskward.loops import raise_if_cancelling
 from taskward.store.guarded import build_run_update
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
 from taskward.store.port import JSON_COLUMNS, ConcurrencyKeyBusy, Params, Row
@@ -55,6 +56,18 @@ class _SQLiteTx:
 
     def notify(self, channel: str) -> None:
         self.channels.add(channel)
+
+    @asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """A nested scope whose failure rolls back only itself."""
+        self._conn.execute("SAVEPOINT tw_sp")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK TO SAVEPOINT tw_sp")
+            self._conn.execute("RELEASE SAVEPOINT tw_sp")
+            raise
+        self._conn.execute("RELEASE SAVEPOINT tw_sp")
 
     def _params(self, params: Params | None) -> dict[str, Any]:
         merged = dict(params or {})
@@ -185,6 +198,9 @@ class SQLiteDB:
 
     # -- wake-ups --------------------------------------------------------------------------
 
+    def wake(self, channel: str) -> None:
+        self._signals.bump(channel)
+
     def signal(self, channel: str) -> Signal:
         """In-process commits bump at once; other processes' commits are seen by polling
         ``PRAGMA data_version`` every ``poll_interval_s`` (it changes only when another
@@ -196,6 +212,7 @@ class SQLiteDB:
     async def _watch(self) -> None:
         last: int | None = None
         while not self._closed:
+            raise_if_cancelling()
             try:
                 async with self._lock:
                     conn = self._connection()
@@ -240,7 +257,8 @@ class SQLiteDB:
     async def fetchall(self, name: str, params: Params | None = None) -> list[Row]:
         sql = load_queries("sqlite")[name]
         merged = dict(params or {})
-        merged.setdefault("now", self._clock())
+        if merged.get("now") is None:
+            merged["now"] = self._clock()
         async with self._lock:
             conn = self._connection()
             rows: list[Row] = await self._retry_busy(lambda: conn.execute(sql, merged).fetchall())

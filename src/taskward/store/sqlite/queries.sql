@@ -10,6 +10,7 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.u
 
 -- name: run_insert_if_new
 -- Admission (ADR-0072 D2, R8): insert a queued row unless the key exists; writes no fact.
+-- One statement, its own transaction.
 INSERT INTO schedule_runs (
   id, schedule_id, invocation_id, trigger_context,
   action_kind, action_args, status, chain_depth,
@@ -54,6 +55,8 @@ SELECT status, count(*) AS n FROM schedule_runs GROUP BY status;
 SELECT * FROM status_transitions WHERE entity_id = :entity_id AND idempotency_key = :idempotency_key;
 
 -- name: fact_insert
+-- One fact per applied transition. A taken (entity_id, idempotency_key) inserts nothing and
+-- returns no row: the caller rolls back and answers with the original result (R3).
 INSERT INTO status_transitions (
   id, entity_type, entity_id, previous_status, status, reason_code, reason_summary,
   evidence_refs, source, actor, created_at, metadata, idempotency_key, request_hash,
@@ -62,7 +65,9 @@ INSERT INTO status_transitions (
   :id, :entity_type, :entity_id, :previous_status, :status, :reason_code, :reason_summary,
   :evidence_refs, :source, :actor, :now, :metadata, :idempotency_key, :request_hash,
   :event_id, :lease_id
-);
+)
+ON CONFLICT (entity_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id;
 
 -- name: fact_list
 SELECT * FROM status_transitions WHERE entity_id = :entity_id ORDER BY rowid;
@@ -189,3 +194,15 @@ WHERE task_summaries.state = 'pending';
 
 -- name: summary_list_for_task
 SELECT * FROM task_summaries WHERE task_id = :task_id ORDER BY attempt;
+
+-- name: claim_context
+-- Everything a claim pass reads before paging, in one round trip: the pass's time, this
+-- worker's last heartbeat (NULL when unknown) and the attempt ceiling (R6).
+SELECT :now AS now,
+       (SELECT last_heartbeat_at FROM workers WHERE worker_id = :worker_id) AS last_heartbeat_at,
+       (SELECT value FROM queue_settings WHERE name = 'max_attempts') AS max_attempts;
+
+-- name: run_lock_candidates
+-- Inside the claim transaction: the candidates still queued (the write lock is already held).
+SELECT id FROM schedule_runs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'queued';
