@@ -26,7 +26,7 @@ from taskward.models import Actor, StateReason, TransitionRequest, TransitionRes
 from taskward.oslocks import LockTimeout, machine_locks
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.store.port import Row, StateDB
-from taskward.transitions import transition_task
+from taskward.transitions import transition_at
 
 log = logging.getLogger("taskward.execution")
 
@@ -172,28 +172,36 @@ async def record_stale_result(
 async def finish_run(
     db: StateDB,
     lease: Lease,
-    outcome: Outcome,
+    outcome: Outcome | Callable[[float], Outcome],
     *,
     actor: Actor,
     evidence_refs: list[dict[str, Any]] | None = None,
     now: float | None = None,
     key_suffix: str = "finish",
 ) -> TransitionResult:
-    """One guarded transition out of ``running`` under ``lease`` (R4: state decides, not time)."""
-    request = TransitionRequest(
-        entity_id=lease.task_id,
-        from_state="running",
-        to_state=outcome.to_state,
-        reason=StateReason(
-            code=outcome.reason_code,
-            summary=outcome.summary,
-            evidence_refs=evidence_refs or [],
-            metadata=outcome.metadata,
-        ),
-        actor=actor,
-        idempotency_key=f"{key_suffix}:{lease.lease_id}",
-    )
-    return await transition_task(db, request, guard=lease.guard(), patch=outcome.patch, now=now)
+    """One guarded transition out of ``running`` under ``lease`` (R4: state decides, not time).
+
+    ``outcome`` may be a function of the operation's time, evaluated inside the transaction.
+    """
+
+    def build(at: float) -> tuple[TransitionRequest, dict[str, Any], dict[str, Any]]:
+        resolved = outcome(at) if callable(outcome) else outcome
+        request = TransitionRequest(
+            entity_id=lease.task_id,
+            from_state="running",
+            to_state=resolved.to_state,
+            reason=StateReason(
+                code=resolved.reason_code,
+                summary=resolved.summary,
+                evidence_refs=evidence_refs or [],
+                metadata=resolved.metadata,
+            ),
+            actor=actor,
+            idempotency_key=f"{key_suffix}:{lease.lease_id}",
+        )
+        return request, lease.guard(), resolved.patch
+
+    return await transition_at(db, build, now=now)
 
 
 def task_payload(row: Row, lease: Lease) -> dict[str, Any]:
@@ -293,18 +301,20 @@ async def settle_lease(
         # running -> cancelled requires a recorded cancellation request (R2).
         row = await db.fetchone("run_get", {"id": lease.task_id})
         cancel_requested = bool(row and row["cancel_requested_at"] is not None)
-    when = now if now is not None else await db.now()
-    outcome = outcome_for(
-        result,
-        lease,
-        max_attempts=max_attempts,
-        cancel_requested=cancel_requested,
-        now=when,
-        policy=policy,
-    )
+
+    def outcome(at: float) -> Outcome:
+        return outcome_for(
+            result,
+            lease,
+            max_attempts=max_attempts,
+            cancel_requested=cancel_requested,
+            now=at,
+            policy=policy,
+        )
+
     transition = await finish_run(
-        db, lease, outcome, actor=actor, evidence_refs=result.evidence_refs, now=when
+        db, lease, outcome, actor=actor, evidence_refs=result.evidence_refs, now=now
     )
     if not transition.applied:
-        await record_stale_result(db, lease, result, transition.current_state, now=when)
+        await record_stale_result(db, lease, result, transition.current_state, now=now)
     return transition

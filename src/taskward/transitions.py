@@ -15,7 +15,7 @@ task event commit in one transaction, or none of them do.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from taskward.canonical import content_hash, dumps
@@ -202,6 +202,9 @@ async def apply_transition(
     ), updated
 
 
+Built = tuple[TransitionRequest, Mapping[str, Any], Mapping[str, Any]]
+
+
 async def transition_task(
     db: StateDB,
     request: TransitionRequest,
@@ -223,21 +226,39 @@ async def transition_task(
     guard = dict(guard or {})
     patch = dict(patch or {})
     _check_static(request, guard, patch)
-    digest = request_hash(request)
+    return await transition_at(db, lambda _now: (request, guard, patch), now=now)
+
+
+async def transition_at(
+    db: StateDB, build: Callable[[float], Built], *, now: float | None = None
+) -> TransitionResult:
+    """``transition_task`` for a request whose content depends on the operation's time.
+
+    ``build(now)`` runs inside the transaction with the store's time (R9), so a terminal write
+    computes ``ended_at``/``retry_at`` without a separate clock read. Static checks still run
+    before the first write.
+    """
+    built: Built | None = None
+    digest = ""
     try:
         async with db.transaction(now=now) as tx:
+            request, guard, patch = built = build(tx.now)
+            _check_static(request, guard, patch)
+            digest = request_hash(request)
             result, _ = await apply_transition(tx, request, guard=guard, patch=patch, digest=digest)
             return result
     except KeyAlreadyUsed:
-        replay = await replayed_result(db, request, digest)
+        assert built is not None
+        replay = await replayed_result(db, built[0], digest)
         assert replay is not None  # facts are append-only: the key cannot have vanished
         return replay
     except LostToConcurrencyKey:
-        observed = await db.fetchone("run_status", {"id": request.entity_id})
+        assert built is not None
+        observed = await db.fetchone("run_status", {"id": built[0].entity_id})
         return TransitionResult(
             applied=False,
             conflict=True,
-            previous_state=request.from_state,
-            current_state=observed["status"] if observed else request.from_state,
+            previous_state=built[0].from_state,
+            current_state=observed["status"] if observed else built[0].from_state,
             transition_id=str(uuid.uuid4()),
         )

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from taskward.canonical import canonical_json, content_hash
-from taskward.claims import Lease, WorkerSpec, claim_runs
+from taskward.claims import Lease, WorkerSpec, claim_rows
 from taskward.errors import TransitionIdempotencyConflict
 from taskward.execution import Outcome, RetryPolicy, execute_lease, finish_run, outcome_for
 from taskward.host.engine_host import TaskRunFailure
@@ -113,13 +113,10 @@ class LocalTaskSource:
     async def claim_many(self, limit: int) -> list[Task]:
         """Claim at most ``limit`` tasks (the host passes its free slots: no prefetch)."""
         self._seen = self._signal.seq
-        leases = await claim_runs(self.db, self.spec, limit=limit)
         tasks = []
-        for lease in leases:
-            row = await self.db.fetchone("run_get", {"id": lease.task_id})
-            assert row is not None
-            self._claims[lease.task_id] = ClaimedRun(row=row, lease=lease)
-            tasks.append(self._task_for(row, lease))
+        for claimed in await claim_rows(self.db, self.spec, limit=limit):
+            self._claims[claimed.lease.task_id] = ClaimedRun(row=claimed.row, lease=claimed.lease)
+            tasks.append(self._task_for(claimed.row, claimed.lease))
         return tasks
 
     async def claim(self) -> Task | None:
@@ -160,21 +157,41 @@ class LocalTaskSource:
                 if cached[0] == digest
                 else TaskAck(applied=False, rejection="stale_lease")
             )
-        row = await self.db.fetchone("run_get", {"id": task_id})
-        if row is None or (row["lease_attempts"] == 0 and row["leased_by"] is None):
-            return TaskAck(applied=False, rejection="missing_holder")
         parsed = _parse_lease_id(lease_id)
+        claim = self._claims.get(task_id)
+        ours = claim is not None and claim.lease.lease_id == lease_id
+        needs_row = not ours or (failure is not None and failure.code == "cancelled")
+        row = await self.db.fetchone("run_get", {"id": task_id}) if needs_row else None
+        if not ours and (row is None or (row["lease_attempts"] == 0 and row["leased_by"] is None)):
+            return TaskAck(applied=False, rejection="missing_holder")
         if parsed is None:
             return TaskAck(applied=False, rejection="stale_lease")
         holder, attempt = parsed
-        claim = self._claims.get(task_id)
+        if row is None:
+            assert claim is not None
+            row = claim.row  # this source's own lease: the guard below judges ownership (R4)
         lease = self._lease(row, holder, attempt, claim)
-        now = await self.db.now()
-        max_attempts = await get_max_attempts(self.db)
-        execution = claim.result if claim and claim.lease.lease_id == lease_id else None
-        outcome = self._outcome(
-            row, lease, payload, execution, completed, failure, max_attempts=max_attempts, now=now
-        )
+        # The ceiling only matters for a failure (retry or dead-letter); read it then (R6).
+        max_attempts = await get_max_attempts(self.db) if failure is not None else 0
+        execution = claim.result if claim is not None and ours else None
+
+        resolved: list[Outcome] = []
+
+        def outcome(now: float) -> Outcome:
+            resolved.append(
+                self._outcome(
+                    row,
+                    lease,
+                    payload,
+                    execution,
+                    completed,
+                    failure,
+                    max_attempts=max_attempts,
+                    now=now,
+                )
+            )
+            return resolved[-1]
+
         evidence = list(execution.evidence_refs) if execution else []
         if completed is not None:
             evidence.append({"kind": "summary", "session_key": completed.summary_ref})
@@ -187,7 +204,6 @@ class LocalTaskSource:
                 outcome,
                 actor=Actor(type="system", id=holder),
                 evidence_refs=evidence,
-                now=now,
                 key_suffix="ack",
             )
         except TransitionIdempotencyConflict:
@@ -200,7 +216,9 @@ class LocalTaskSource:
             return TaskAck(applied=False, rejection="stale_lease")
         ack = TaskAck(
             applied=True,
-            rejection="attempt_ceiling" if outcome.reason_code == "attempt_ceiling" else None,
+            rejection="attempt_ceiling"
+            if resolved and resolved[-1].reason_code == "attempt_ceiling"
+            else None,
         )
         self._acks[(task_id, lease_id)] = (digest, ack)
         while len(self._acks) > ACK_CACHE_SIZE:
@@ -342,20 +360,20 @@ class LocalSummaryStore:
         body = summary.model_dump(mode="json")
         digest = content_hash(body)
         task_id, attempt = self._split(session_key)
-        async with self.db.transaction() as tx:
-            changed = await tx.execute(
-                "summary_write",
-                {
-                    "session_key": session_key,
-                    "task_id": task_id,
-                    "attempt": attempt,
-                    "summary": canonical_json(body),
-                    "summary_hash": digest,
-                },
-            )
-            if changed:
-                return
-            existing = await tx.fetchone("summary_get", {"session_key": session_key})
+        # One statement, its own transaction: insert, or complete a pending row.
+        written = await self.db.fetchone(
+            "summary_write",
+            {
+                "session_key": session_key,
+                "task_id": task_id,
+                "attempt": attempt,
+                "summary": canonical_json(body),
+                "summary_hash": digest,
+            },
+        )
+        if written is not None:
+            return
+        existing = await self.db.fetchone("summary_get", {"session_key": session_key})
         if existing is None or existing["summary_hash"] != digest:
             raise SummaryConflict(
                 f"session {session_key!r} already has a different complete summary"
@@ -363,16 +381,15 @@ class LocalSummaryStore:
 
     async def mark_pending(self, session_key: str, reason: str) -> None:
         task_id, attempt = self._split(session_key)
-        async with self.db.transaction() as tx:
-            await tx.execute(
-                "summary_mark_pending",
-                {
-                    "session_key": session_key,
-                    "task_id": task_id,
-                    "attempt": attempt,
-                    "reason": reason[:4000],
-                },
-            )
+        await self.db.fetchone(
+            "summary_mark_pending",
+            {
+                "session_key": session_key,
+                "task_id": task_id,
+                "attempt": attempt,
+                "reason": reason[:4000],
+            },
+        )
 
     async def get(self, session_key: str) -> Row | None:
         return await self.db.fetchone("summary_get", {"session_key": session_key})

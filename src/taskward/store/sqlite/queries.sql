@@ -175,22 +175,24 @@ FROM schedule_runs WHERE id = :id AND status = 'queued';
 SELECT * FROM task_summaries WHERE session_key = :session_key;
 
 -- name: summary_write
--- Insert a complete summary, or complete a pending one; a complete row is left untouched
--- (the caller compares hashes: equal is a replay, different is a conflict).
+-- Insert a complete summary, or complete a pending one; a complete row is left untouched and
+-- no row is returned (the caller compares hashes: equal is a replay, different a conflict).
 INSERT INTO task_summaries (session_key, task_id, attempt, state, summary, summary_hash, reason,
                             created_at, updated_at)
 VALUES (:session_key, :task_id, :attempt, 'complete', :summary, :summary_hash, NULL, :now, :now)
 ON CONFLICT (session_key) DO UPDATE SET
   state = 'complete', summary = excluded.summary, summary_hash = excluded.summary_hash,
   reason = NULL, updated_at = excluded.updated_at
-WHERE task_summaries.state = 'pending';
+WHERE task_summaries.state = 'pending'
+RETURNING session_key;
 
 -- name: summary_mark_pending
 -- Record or update a pending reason; never turns a complete summary back into pending (D4).
 INSERT INTO task_summaries (session_key, task_id, attempt, state, reason, created_at, updated_at)
 VALUES (:session_key, :task_id, :attempt, 'pending', :reason, :now, :now)
 ON CONFLICT (session_key) DO UPDATE SET reason = excluded.reason, updated_at = excluded.updated_at
-WHERE task_summaries.state = 'pending';
+WHERE task_summaries.state = 'pending'
+RETURNING session_key;
 
 -- name: summary_list_for_task
 SELECT * FROM task_summaries WHERE task_id = :task_id ORDER BY attempt;
