@@ -22,6 +22,7 @@ from typing import Any, Final
 from taskward.canonical import dumps
 from taskward.capabilities import serialization_tokens
 from taskward.claims import Lease
+from taskward.groupcommit import GroupCommit
 from taskward.models import Actor, StateReason, TransitionRequest, TransitionResult
 from taskward.oslocks import LockTimeout, machine_locks
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
@@ -178,6 +179,7 @@ async def finish_run(
     evidence_refs: list[dict[str, Any]] | None = None,
     now: float | None = None,
     key_suffix: str = "finish",
+    group: GroupCommit | None = None,
 ) -> TransitionResult:
     """One guarded transition out of ``running`` under ``lease`` (R4: state decides, not time).
 
@@ -201,7 +203,7 @@ async def finish_run(
         )
         return request, lease.guard(), resolved.patch
 
-    return await transition_at(db, build, now=now)
+    return await transition_at(db, build, now=now, group=group)
 
 
 def task_payload(row: Row, lease: Lease) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from taskward.canonical import content_hash, dumps
 from taskward.errors import InvalidTransition, TaskNotFound, TransitionIdempotencyConflict
+from taskward.groupcommit import GroupCommit
 from taskward.lifecycle import ENTITY_TYPES, check_edge, check_reason_code
 from taskward.models import TransitionRequest, TransitionResult
 from taskward.store.port import (
@@ -230,7 +231,11 @@ async def transition_task(
 
 
 async def transition_at(
-    db: StateDB, build: Callable[[float], Built], *, now: float | None = None
+    db: StateDB,
+    build: Callable[[float], Built],
+    *,
+    now: float | None = None,
+    group: GroupCommit | None = None,
 ) -> TransitionResult:
     """``transition_task`` for a request whose content depends on the operation's time.
 
@@ -238,6 +243,18 @@ async def transition_at(
     computes ``ended_at``/``retry_at`` without a separate clock read. Static checks still run
     before the first write.
     """
+    if group is not None and now is None:
+        # Share the commit with other transitions finishing at the same moment; any error
+        # sends this one down the ordinary path below, unchanged.
+        async def unit(tx: Tx) -> TransitionResult:
+            request, guard, patch = build(tx.now)
+            _check_static(request, guard, patch)
+            result, _ = await apply_transition(
+                tx, request, guard=guard, patch=patch, digest=request_hash(request)
+            )
+            return result
+
+        return await group.run(unit, fallback=lambda: transition_at(db, build))
     built: Built | None = None
     digest = ""
     try:

@@ -21,6 +21,7 @@ from taskward.canonical import canonical_json, content_hash
 from taskward.claims import Lease, WorkerSpec, claim_rows
 from taskward.errors import TransitionIdempotencyConflict
 from taskward.execution import Outcome, RetryPolicy, execute_lease, finish_run, outcome_for
+from taskward.groupcommit import GroupCommit
 from taskward.host.engine_host import TaskRunFailure
 from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
 from taskward.models import Actor
@@ -68,6 +69,7 @@ class LocalTaskSource:
         *,
         retry_policy: RetryPolicy | None = None,
         cwd: Path | None = None,
+        group: GroupCommit | None = None,
     ) -> None:
         self.db = db
         self.spec = spec
@@ -75,6 +77,7 @@ class LocalTaskSource:
         self.cwd = cwd or Path(os.getcwd())
         self._claims: dict[str, ClaimedRun] = {}
         self._acks: OrderedDict[tuple[str, str], tuple[str, TaskAck]] = OrderedDict()
+        self._group = group if group is not None else GroupCommit(db)
         self._signal = db.signal("queued")
         self._seen = self._signal.seq
 
@@ -205,6 +208,7 @@ class LocalTaskSource:
                 actor=Actor(type="system", id=holder),
                 evidence_refs=evidence,
                 key_suffix="ack",
+                group=self._group,
             )
         except TransitionIdempotencyConflict:
             self._forget(task_id, lease_id)
@@ -346,8 +350,9 @@ class LocalTaskSource:
 class LocalSummaryStore:
     """A SummaryStore over the ``task_summaries`` table (D4 semantics)."""
 
-    def __init__(self, db: StateDB) -> None:
+    def __init__(self, db: StateDB, *, group: GroupCommit | None = None) -> None:
         self.db = db
+        self._group = group if group is not None else GroupCommit(db)
 
     @staticmethod
     def _split(session_key: str) -> tuple[str | None, int | None]:
@@ -360,16 +365,17 @@ class LocalSummaryStore:
         body = summary.model_dump(mode="json")
         digest = content_hash(body)
         task_id, attempt = self._split(session_key)
-        # One statement, its own transaction: insert, or complete a pending row.
-        written = await self.db.fetchone(
-            "summary_write",
-            {
-                "session_key": session_key,
-                "task_id": task_id,
-                "attempt": attempt,
-                "summary": canonical_json(body),
-                "summary_hash": digest,
-            },
+        params = {
+            "session_key": session_key,
+            "task_id": task_id,
+            "attempt": attempt,
+            "summary": canonical_json(body),
+            "summary_hash": digest,
+        }
+        # Insert, or complete a pending row; summaries finishing together share one commit.
+        written = await self._group.run(
+            lambda tx: tx.fetchone("summary_write", params),
+            fallback=lambda: self.db.fetchone("summary_write", params),
         )
         if written is not None:
             return

@@ -1,0 +1,86 @@
+"""Group commit shares transactions without changing any unit's outcome (both backends)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import taskward
+from taskward.groupcommit import GroupCommit
+from taskward.store.port import StateDB, Tx
+
+from .helpers import request, submit
+
+
+async def _status_of(tx: Tx, task_id: str) -> str:
+    row = await tx.fetchone("run_status", {"id": task_id})
+    assert row is not None
+    return str(row["status"])
+
+
+async def test_units_arriving_together_share_commits(db: StateDB) -> None:
+    ids = [await submit(db) for _ in range(20)]
+    group = GroupCommit(db)
+    results = await asyncio.gather(*(
+        group.run(lambda tx, i=i: _status_of(tx, i), fallback=lambda: asyncio.sleep(0, "x"))
+        for i in ids))
+    assert results == ["queued"] * 20
+    assert group.units == 20 and group.batches < 20
+
+
+async def test_grouped_transitions_each_keep_their_fact_and_event(db: StateDB) -> None:
+    ids = [await submit(db) for _ in range(12)]
+    group = GroupCommit(db)
+    from taskward.transitions import transition_at
+
+    results = await asyncio.gather(*(
+        transition_at(db, lambda _now, i=i: (request(i, "queued", "skipped"), {}, {}),
+                      group=group)
+        for i in ids))
+    assert all(r.applied for r in results)
+    assert group.batches < 12
+    for task_id, result in zip(ids, results, strict=True):
+        facts = await taskward.list_transitions(db, task_id)
+        assert [f["id"] for f in facts] == [result.transition_id]
+        events = await taskward.list_task_events(db, task_id)
+        assert [e["id"] for e in events] == [result.event_id]
+
+
+async def test_a_failing_unit_is_retried_alone_and_the_others_still_apply(db: StateDB) -> None:
+    ids = [await submit(db) for _ in range(6)]
+    group = GroupCommit(db)
+    from taskward.transitions import transition_at
+
+    def build(task_id: str):  # type: ignore[no-untyped-def]
+        return lambda _now: (request(task_id, "queued", "skipped"), {}, {})
+
+    calls = [transition_at(db, build(i), group=group) for i in ids]
+    calls.append(transition_at(db, lambda _now: (request("missing", "queued", "skipped"), {}, {}),
+                               group=group))
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert isinstance(results[-1], taskward.TaskNotFound)
+    assert all(not isinstance(r, Exception) and r.applied for r in results[:-1])
+    for task_id in ids:
+        assert len(await taskward.list_transitions(db, task_id)) == 1
+
+
+async def test_a_replayed_key_in_a_batch_returns_the_original(db: StateDB) -> None:
+    task_id = await submit(db)
+    other = await submit(db)
+    group = GroupCommit(db)
+    from taskward.transitions import transition_at
+
+    first = await transition_at(
+        db, lambda _now: (request(task_id, "queued", "skipped", key="k"), {}, {}), group=group)
+    again, applied = await asyncio.gather(
+        transition_at(db, lambda _now: (request(task_id, "queued", "skipped", key="k"), {}, {}),
+                      group=group),
+        transition_at(db, lambda _now: (request(other, "queued", "skipped"), {}, {}),
+                      group=group))
+    assert again.replayed and again.transition_id == first.transition_id
+    assert applied.applied
+    with pytest.raises(taskward.TransitionIdempotencyConflict):
+        await transition_at(
+            db, lambda _now: (request(task_id, "queued", "cancelled", key="k"), {}, {}),
+            group=group)
