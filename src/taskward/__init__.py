@@ -5,7 +5,7 @@ owned by one compare-and-swap transition function; leased workers that route by 
 """
 
 from taskward.adapters import AdapterConfig, build_registry, task
-from taskward.admission import submit_task
+from taskward.admission import submit_task, submit_tasks
 from taskward.cancellation import cancel_task, request_task_cancel
 from taskward.capabilities import (
     CAPABILITY_CLASSES,
@@ -84,6 +84,7 @@ __all__ = [
     "register_heartbeat",
     "request_task_cancel",
     "submit_task",
+    "submit_tasks",
     "task",
     "transition_task",
     "worker_can_serve",

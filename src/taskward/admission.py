@@ -221,3 +221,88 @@ async def submit_task(
         raise TaskIdempotencyConflict(admitted.idempotency_key, existing["id"])
     existing_id: str = existing["id"]
     return existing_id
+
+
+MAX_BULK: Final = 10_000
+
+
+async def submit_tasks(
+    db: StateDB,
+    apps: Sequence[TaskApplication],
+    *,
+    registry: TaskAdapterRegistry | None = None,
+    admission_source: str = "library",
+    now: float | None = None,
+) -> list[str]:
+    """Admit many applications in one transaction; returns their ids in order.
+
+    Each application has ``submit_task``'s per-key semantics (a replayed key returns its
+    original id; the same key within the call twice is one task). The call is all or nothing:
+    any invalid application raises before anything is written, and a key that already admitted
+    a different application raises ``TaskIdempotencyConflict`` and writes none of the batch.
+    """
+    if admission_source not in ADMISSION_SOURCES:
+        raise TaskValidationError("admission_source", admission_source, sorted(ADMISSION_SOURCES))
+    if len(apps) > MAX_BULK:
+        raise TaskValidationError("apps", f"{len(apps)} applications", f"at most {MAX_BULK}")
+    registry = registry if registry is not None else build_registry()
+    admitted: list[AdmittedApplication] = []
+    for index, app in enumerate(apps):
+        try:
+            admitted.append(validate_application(app, registry))
+        except TaskValidationError as exc:
+            exc.message = f"application {index}: {exc.message}"
+            raise
+    by_key: dict[str, AdmittedApplication] = {}
+    for item in admitted:
+        first = by_key.setdefault(item.idempotency_key, item)
+        if first.application_hash != item.application_hash:
+            raise TaskValidationError(
+                "idempotency_key",
+                item.idempotency_key,
+                "one application per key within a call",
+                message=f"idempotency_key {item.idempotency_key!r} names two different "
+                "applications in this call",
+            )
+    unique = list(by_key.values())
+    ids: dict[str, str] = {}
+    async with db.transaction(now=now) as tx:
+        rows = await tx.fetchone_each(
+            "run_insert_if_new",
+            [
+                {
+                    "id": str(uuid.uuid4()),
+                    "schedule_id": None,
+                    "trigger_context": "{}",
+                    "action_kind": a.action_kind,
+                    "action_args": a.args_json,
+                    "concurrency_key": a.concurrency_key,
+                    "required_capabilities": dumps(a.required_capabilities),
+                    "execution_target": a.execution_target,
+                    "library_ref": a.library_ref,
+                    "library_content_hash": a.library_content_hash,
+                    "idempotency_key": a.idempotency_key,
+                    "application_hash": a.application_hash,
+                    "admission_source": admission_source,
+                }
+                for a in unique
+            ],
+        )
+        existing_needed = []
+        for item, row in zip(unique, rows, strict=True):
+            if row is not None:
+                ids[item.idempotency_key] = row["id"]
+            else:
+                existing_needed.append(item)
+        if existing_needed:
+            found = await tx.fetchone_each(
+                "run_get_by_key", [{"idempotency_key": a.idempotency_key} for a in existing_needed]
+            )
+            for item, row in zip(existing_needed, found, strict=True):
+                assert row is not None  # the unique index holds the key
+                if row["application_hash"] != item.application_hash:
+                    raise TaskIdempotencyConflict(item.idempotency_key, row["id"])
+                ids[item.idempotency_key] = row["id"]
+        if len(existing_needed) < len(unique):
+            tx.notify("queued")
+    return [ids[a.idempotency_key] for a in admitted]

@@ -207,3 +207,40 @@ def test_spliced_hash_equals_the_hash_of_the_canonical_dict(
     })
     assert application_hash_of("command", canonical_json(args), "host", caps, ref,
                                lib_hash) == expected
+
+
+# -- bulk admission ----------------------------------------------------------------------------
+
+
+async def test_submit_tasks_admits_in_order_with_per_key_semantics(db: StateDB) -> None:
+    from taskward import submit_tasks
+
+    first = await submit_task(db, app(idempotency_key="old"), registry=REGISTRY)
+    apps = [app(idempotency_key=f"bulk-{i}") for i in range(50)]
+    apps.insert(10, app(idempotency_key="old"))          # a replay returns the original id
+    apps.append(app(idempotency_key="bulk-3"))           # the same key twice is one task
+    ids = await submit_tasks(db, apps, registry=REGISTRY)
+    assert len(ids) == 52 and ids[10] == first and ids[-1] == ids[3]
+    assert len(set(ids)) == 51
+    assert await count_runs(db) == 51
+    row = await taskward.get_task(db, ids[0])
+    assert row["status"] == "queued" and row["idempotency_key"] == "bulk-0"
+
+
+async def test_submit_tasks_is_all_or_nothing(db: StateDB) -> None:
+    from taskward import submit_tasks
+
+    first = await submit_task(db, app(idempotency_key="taken"), registry=REGISTRY)
+    with pytest.raises(TaskIdempotencyConflict) as info:
+        await submit_tasks(db, [app(idempotency_key="n1"),
+                                app(idempotency_key="taken", execution_target="process")],
+                           registry=REGISTRY)
+    assert info.value.existing_task_id == first
+    with pytest.raises(TaskValidationError, match="application 1"):
+        await submit_tasks(db, [app(idempotency_key="n2"), app(idempotency_key="")],
+                           registry=REGISTRY)
+    with pytest.raises(TaskValidationError, match="two different"):
+        await submit_tasks(db, [app(idempotency_key="n3"),
+                                app(idempotency_key="n3", execution_target="process")],
+                           registry=REGISTRY)
+    assert await count_runs(db) == 1

@@ -88,6 +88,11 @@ class Tx(Protocol):
 
     async def fetchall(self, name: str, params: Params | None = None) -> list[Row]: ...
 
+    async def fetchone_each(self, name: str, params_list: Sequence[Params]) -> list[Row | None]:
+        """Run a named statement once per parameter set (pipelined where the driver can);
+        returns each run's first row, in order."""
+        ...
+
     async def run_update_if(
         self,
         run_id: str,

@@ -94,6 +94,14 @@ class _PgTx:
             cur = await self._conn.execute(self._queries[name], self._params(params))
             return await cur.fetchall()
 
+    async def fetchone_each(self, name: str, params_list: Sequence[Params]) -> list[Row | None]:
+        """The named statement once per parameter set, pipelined: one round trip for all."""
+        sql = self._queries[name]
+        with _translate():
+            async with self._conn.pipeline():
+                cursors = [await self._conn.execute(sql, self._params(p)) for p in params_list]
+            return [await cur.fetchone() for cur in cursors]
+
     async def run_update_if(
         self,
         run_id: str,

@@ -84,6 +84,11 @@ class _SQLiteTx:
     async def fetchall(self, name: str, params: Params | None = None) -> list[Row]:
         return self._conn.execute(self._queries[name], self._params(params)).fetchall()
 
+    async def fetchone_each(self, name: str, params_list: Sequence[Params]) -> list[Row | None]:
+        """The named statement once per parameter set, in order."""
+        sql = self._queries[name]
+        return [self._conn.execute(sql, self._params(p)).fetchone() for p in params_list]
+
     async def run_update_if(
         self,
         run_id: str,
