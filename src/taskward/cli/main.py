@@ -23,6 +23,7 @@ from taskward import (
     submit_task,
 )
 from taskward.admission import validate_application
+from taskward.cli.bench_cmd import bench
 from taskward.cli.common import (
     CliState,
     generated_key,
@@ -279,6 +280,7 @@ def task_cancel(state: CliState, task_id: str, key: str | None, reason: str) -> 
 
 
 cli.add_command(worker)
+cli.add_command(bench)
 task.add_command(task_wait)
 
 
