@@ -21,7 +21,7 @@ from typing import Any
 from taskward.canonical import content_hash, dumps
 from taskward.errors import InvalidTransition, TaskNotFound, TransitionIdempotencyConflict
 from taskward.groupcommit import GroupCommit
-from taskward.lifecycle import ENTITY_TYPES, check_edge, check_reason_code
+from taskward.lifecycle import ENTITY_TYPES, check_edge, check_reason_code, is_terminal
 from taskward.models import TransitionRequest, TransitionResult
 from taskward.store.port import (
     RUN_GUARD_COLUMNS,
@@ -148,52 +148,74 @@ async def apply_transition(
             transition_id=transition_id,
         ), None
     event_id = str(uuid.uuid4())
-    inserted = await tx.fetchone(
-        "fact_insert",
-        {
-            "id": transition_id,
-            "entity_type": request.entity_type,
-            "entity_id": request.entity_id,
-            "previous_status": request.from_state,
-            "status": request.to_state,
-            "reason_code": request.reason.code,
-            "reason_summary": request.reason.summary,
-            "evidence_refs": dumps(request.reason.evidence_refs),
-            "source": request.actor.type,
-            "actor": request.actor.label(),
-            "metadata": dumps(request.reason.metadata),
-            "idempotency_key": request.idempotency_key,
-            "request_hash": digest,
-            "event_id": event_id,
-            # The lease under which this write happened: the guarded one when the caller
-            # presented a lease (terminal writes, reaper moves), else the row's new lease.
-            "lease_id": lease_id(guard["leased_by"], guard["lease_attempts"])
-            if guard.get("leased_by") is not None and "lease_attempts" in guard
-            else lease_id(updated["leased_by"], updated["lease_attempts"]),
-        },
-    )
+    fact = {
+        "id": transition_id,
+        "entity_type": request.entity_type,
+        "entity_id": request.entity_id,
+        "previous_status": request.from_state,
+        "status": request.to_state,
+        "reason_code": request.reason.code,
+        "reason_summary": request.reason.summary,
+        "evidence_refs": dumps(request.reason.evidence_refs),
+        "source": request.actor.type,
+        "actor": request.actor.label(),
+        "metadata": dumps(request.reason.metadata),
+        "idempotency_key": request.idempotency_key,
+        "request_hash": digest,
+        "event_id": event_id,
+        # The lease under which this write happened: the guarded one when the caller
+        # presented a lease (terminal writes, reaper moves), else the row's new lease.
+        "lease_id": lease_id(guard["leased_by"], guard["lease_attempts"])
+        if guard.get("leased_by") is not None and "lease_attempts" in guard
+        else lease_id(updated["leased_by"], updated["lease_attempts"]),
+    }
+    event = {
+        "id": event_id,
+        "task_id": request.entity_id,
+        "kind": "transition",
+        "transition_id": transition_id,
+        "status": request.to_state,
+        "payload": dumps(
+            {
+                "from": request.from_state,
+                "to": request.to_state,
+                "reason_code": request.reason.code,
+                "actor": request.actor.label(),
+            }
+        ),
+    }
+    # The fact and its event travel together (one round trip on PostgreSQL); a fact whose key
+    # is taken inserts nothing, and KeyAlreadyUsed rolls the whole transaction back.
+    inserted, _ = await tx.fetch_batch([("fact_insert", fact), ("event_insert", event)])
     if inserted is None:
         raise KeyAlreadyUsed(request.idempotency_key)
-    await tx.execute(
-        "event_insert",
-        {
-            "id": event_id,
-            "task_id": request.entity_id,
-            "kind": "transition",
-            "transition_id": transition_id,
-            "status": request.to_state,
-            "payload": dumps(
-                {
-                    "from": request.from_state,
-                    "to": request.to_state,
-                    "reason_code": request.reason.code,
-                    "actor": request.actor.label(),
-                }
-            ),
-        },
-    )
     if request.to_state == "queued":
         tx.notify("queued")  # wake idle workers: claimable work appeared
+    # -- outbox (ADR-0072 D6, R12) ----------------------------------------------------------
+    # A terminal transition enqueues exactly one notification in this same transaction, keyed
+    # by the transition id (ON CONFLICT DO NOTHING). Delivery (taskward.outbox) only ever
+    # changes dispatch_outbox, never this task. NULL max_attempts/ttl_s take the defaults.
+    if is_terminal(request.to_state):
+        await tx.execute(
+            "outbox_enqueue",
+            {
+                "id": str(uuid.uuid4()),
+                "kind": "task_terminal",
+                "dedup_key": f"task-terminal:{transition_id}",
+                "schedule_run_id": request.entity_id,
+                "transition_id": transition_id,
+                "body": dumps(
+                    {
+                        "status": request.to_state,
+                        "reason": {"code": request.reason.code, "summary": request.reason.summary},
+                        "evidence_refs": request.reason.evidence_refs,
+                    }
+                ),
+                "max_attempts": None,
+                "ttl_s": None,
+            },
+        )
+    # -- end outbox -----------------------------------------------------------------------
     return TransitionResult(
         applied=True,
         previous_state=request.from_state,

@@ -30,6 +30,8 @@ JSON_COLUMNS: Final[frozenset[str]] = frozenset(
         "execution_targets",
         "served_kinds",
         "summary",
+        "body",  # dispatch_outbox
+        "acked_targets",  # dispatch_outbox
     }
 )
 
@@ -91,6 +93,11 @@ class Tx(Protocol):
     async def fetchone_each(self, name: str, params_list: Sequence[Params]) -> list[Row | None]:
         """Run a named statement once per parameter set (pipelined where the driver can);
         returns each run's first row, in order."""
+        ...
+
+    async def fetch_batch(self, statements: Sequence[tuple[str, Params]]) -> list[Row | None]:
+        """Several named statements, in order, in as few round trips as the driver allows;
+        returns each statement's first row (None when it returns none)."""
         ...
 
     async def run_update_if(

@@ -96,11 +96,17 @@ class _PgTx:
 
     async def fetchone_each(self, name: str, params_list: Sequence[Params]) -> list[Row | None]:
         """The named statement once per parameter set, pipelined: one round trip for all."""
-        sql = self._queries[name]
+        return await self.fetch_batch([(name, p) for p in params_list])
+
+    async def fetch_batch(self, statements: Sequence[tuple[str, Params]]) -> list[Row | None]:
+        """Several named statements in one round trip (pipeline mode), results in order."""
         with _translate():
             async with self._conn.pipeline():
-                cursors = [await self._conn.execute(sql, self._params(p)) for p in params_list]
-            return [await cur.fetchone() for cur in cursors]
+                cursors = [
+                    await self._conn.execute(self._queries[name], self._params(params))
+                    for name, params in statements
+                ]
+            return [await cur.fetchone() if cur.description else None for cur in cursors]
 
     async def run_update_if(
         self,

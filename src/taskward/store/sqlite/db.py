@@ -86,8 +86,14 @@ class _SQLiteTx:
 
     async def fetchone_each(self, name: str, params_list: Sequence[Params]) -> list[Row | None]:
         """The named statement once per parameter set, in order."""
-        sql = self._queries[name]
-        return [self._conn.execute(sql, self._params(p)).fetchone() for p in params_list]
+        return await self.fetch_batch([(name, p) for p in params_list])
+
+    async def fetch_batch(self, statements: Sequence[tuple[str, Params]]) -> list[Row | None]:
+        """Several named statements in order (in-process: no round trips to save)."""
+        return [
+            self._conn.execute(self._queries[name], self._params(params)).fetchone()
+            for name, params in statements
+        ]
 
     async def run_update_if(
         self,

@@ -51,6 +51,20 @@ LIMIT :limit;
 -- name: run_count_by_status
 SELECT status, count(*) AS n FROM schedule_runs GROUP BY status;
 
+-- name: run_count_by_status_target
+-- Queue depth for the dashboard and /metrics: rows by status and execution target.
+SELECT status, execution_target, count(*) AS n FROM schedule_runs
+GROUP BY status, execution_target;
+
+-- name: run_count_by_source
+-- Admissions ever made, by source: rows are never deleted (R11), so this only grows.
+SELECT admission_source, count(*) AS n FROM schedule_runs GROUP BY admission_source;
+
+-- name: fact_count_by_edge
+-- Transitions ever applied, by edge and reason: facts are append-only, so this only grows.
+SELECT previous_status, status, reason_code, count(*) AS n FROM status_transitions
+GROUP BY previous_status, status, reason_code;
+
 -- name: fact_get_by_key
 SELECT * FROM status_transitions WHERE entity_id = :entity_id AND idempotency_key = :idempotency_key;
 
@@ -208,3 +222,119 @@ SELECT :now AS now,
 -- Inside the claim transaction: the candidates still queued (the write lock is already held).
 SELECT id FROM schedule_runs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'queued';
+
+-- dispatch_outbox (ADR-0072 D6, R12): notifications of committed facts and their delivery
+-- state. Written by the enqueue in transitions.apply_transition and by taskward.outbox only;
+-- none of these statements touches a task.
+
+-- name: outbox_enqueue
+-- One notification per dedup key, in the producer's transaction; a taken key inserts nothing.
+-- NULL :max_attempts / :ttl_s take the defaults, which equal taskward.outbox's
+-- DEFAULT_MAX_ATTEMPTS (10) and DEFAULT_TTL_S (7 days) (a test checks).
+INSERT INTO dispatch_outbox (
+  id, kind, dedup_key, schedule_run_id, transition_id, body, status, attempts, max_attempts,
+  next_attempt_at, created_at, updated_at, expires_at
+) VALUES (
+  :id, :kind, :dedup_key, :schedule_run_id, :transition_id, :body, 'pending', 0,
+  COALESCE(:max_attempts, 10), :now, :now, :now, :now + COALESCE(:ttl_s, 604800.0)
+)
+ON CONFLICT (dedup_key) DO NOTHING;
+
+-- name: outbox_get
+SELECT * FROM dispatch_outbox WHERE id = :id;
+
+-- name: outbox_list
+-- Newest first with a (created_at, id) keyset cursor; every filter is optional.
+SELECT * FROM dispatch_outbox
+WHERE (:status IS NULL OR status = :status)
+  AND (:schedule_run_id IS NULL OR schedule_run_id = :schedule_run_id)
+  AND (:cursor_created_at IS NULL OR (created_at, id) < (:cursor_created_at, :cursor_id))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit;
+
+-- name: outbox_count_by_status
+SELECT status, count(*) AS n FROM dispatch_outbox GROUP BY status;
+
+-- name: outbox_pending_work
+-- What a deliverer pass has to do, read without taking the write lock: expired deliverer
+-- leases, pending rows past their expiry, due pending rows.
+SELECT
+  EXISTS (SELECT 1 FROM dispatch_outbox
+          WHERE status = 'delivering' AND lease_expires_at < :now) AS has_stale_leases,
+  EXISTS (SELECT 1 FROM dispatch_outbox
+          WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at < :now) AS has_expired,
+  EXISTS (SELECT 1 FROM dispatch_outbox
+          WHERE status = 'pending' AND next_attempt_at <= :now) AS has_due;
+
+-- name: outbox_release_expired_leases
+-- delivering -> pending when the deliverer's lease expired (lease_expires_at < :now): its owner
+-- stopped or stalled. The claim counted the attempt, so a row at its ceiling dead-letters and
+-- one past its expiry expires instead.
+UPDATE dispatch_outbox
+SET status = CASE WHEN attempts >= max_attempts THEN 'dead_letter'
+                  WHEN expires_at IS NOT NULL AND expires_at < :now THEN 'expired'
+                  ELSE 'pending' END,
+    last_error = 'delivery lease of ' || lease_owner || ' expired before an acknowledgement',
+    lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = :now, updated_at = :now
+WHERE status = 'delivering' AND lease_expires_at < :now
+RETURNING id, status;
+
+-- name: outbox_expire_due
+-- pending -> expired once past expires_at (expires_at < :now); the last error is kept.
+UPDATE dispatch_outbox
+SET status = 'expired', updated_at = :now,
+    last_error = COALESCE(last_error, 'expired before delivery')
+WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at < :now
+RETURNING id;
+
+-- name: outbox_claim_due
+-- pending -> delivering for up to :limit due rows under this deliverer's lease; counts the
+-- attempt. One statement under the write lock: two deliverers never hold the same row.
+UPDATE dispatch_outbox
+SET status = 'delivering', lease_owner = :owner, lease_expires_at = :now + :lease_s,
+    attempts = attempts + 1, updated_at = :now
+WHERE id IN (
+  SELECT id FROM dispatch_outbox
+  WHERE status = 'pending' AND next_attempt_at <= :now
+    AND (expires_at IS NULL OR expires_at >= :now)
+    AND attempts < max_attempts
+  ORDER BY next_attempt_at, id
+  LIMIT :limit
+) AND status = 'pending'
+RETURNING *;
+
+-- name: outbox_ack
+-- delivering -> delivered, guarded by the lease (owner and attempt): a deliverer whose lease
+-- was released and reclaimed writes nothing.
+UPDATE dispatch_outbox
+SET status = 'delivered', delivered_at = :now, updated_at = :now,
+    lease_owner = NULL, lease_expires_at = NULL, acked_targets = :acked_targets
+WHERE id = :id AND status = 'delivering' AND lease_owner = :owner AND attempts = :attempts
+RETURNING id;
+
+-- name: outbox_fail
+-- A failed attempt, guarded like outbox_ack: back to pending due at :now + :delay_s, or
+-- dead_letter at the attempt ceiling, or expired past expires_at.
+UPDATE dispatch_outbox
+SET status = CASE WHEN attempts >= max_attempts THEN 'dead_letter'
+                  WHEN expires_at IS NOT NULL AND expires_at < :now THEN 'expired'
+                  ELSE 'pending' END,
+    next_attempt_at = :now + :delay_s, last_error = :error, acked_targets = :acked_targets,
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE id = :id AND status = 'delivering' AND lease_owner = :owner AND attempts = :attempts
+RETURNING status;
+
+-- name: outbox_retry
+-- Operator retry (R12): dead_letter or expired -> pending, attempts reset, due now, a fresh
+-- expiry. Targets that already acknowledged the row are not sent it again.
+UPDATE dispatch_outbox
+SET status = 'pending', attempts = 0, next_attempt_at = :now, updated_at = :now,
+    expires_at = :now + :ttl_s
+WHERE id = :id AND status IN ('dead_letter', 'expired')
+RETURNING *;
+
+-- name: outbox_purge_finished
+-- Delete finished rows (delivered, dead_letter, expired) last changed before :now -
+-- :older_than_s. Pending and delivering rows are never purged (R11).
+DELETE FROM dispatch_outbox
+WHERE status IN ('delivered', 'dead_letter', 'expired') AND updated_at < :now - :older_than_s;
