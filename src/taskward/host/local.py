@@ -31,7 +31,9 @@ from taskward.store.port import Row, StateDB
 
 log = logging.getLogger("taskward.host.local")
 
-ACK_CACHE_SIZE: Final = 10_000
+# Recent acknowledgements kept for exact in-process replays (a lost reply is retried at once);
+# older replays are judged by the database. Bounded so a long-lived worker does not grow.
+ACK_CACHE_SIZE: Final = 1024
 
 
 def _utc(ts: float) -> datetime:
