@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import platform
 import queue
+import re
 import statistics
 import sys
 import threading
@@ -220,3 +221,506 @@ def split_count(total: int, parts: int) -> list[int]:
     """``total`` split into ``parts`` near-equal shares (the first ones take the remainder)."""
     base, extra = divmod(total, parts)
     return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) with linear interpolation between closest ranks."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+# -- stores for worker benchmarks -------------------------------------------------------------
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TASKS_MODULE = "bench.tasks"  # the @taskward.task functions every benchmark worker imports
+
+
+def ensure_repo_on_path() -> None:
+    """Make ``bench.tasks`` importable in this process (the workers get ``PYTHONPATH``)."""
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+
+
+@dataclass(frozen=True)
+class Store:
+    """One throwaway, migrated store: the taskward URL, the raw target and what to remove."""
+
+    backend: str  # "sqlite" or "postgres"
+    url: str  # a taskward URL (migrate=false: the schema already exists)
+    raw: str  # a SQLite file path or a libpq URL whose search_path is the schema
+    handle: str  # the SQLite path or the schema name
+
+
+class Stores:
+    """Fresh stores created by opening a taskward store at a new URL, so the migrations build
+    the tables and indexes every side of a measurement sees; all removed by ``close()``."""
+
+    def __init__(self, pg_url: str, sqlite_dir: Path | None, prefix: str) -> None:
+        import tempfile
+
+        self.pg_url = pg_url
+        self.prefix = prefix
+        self._tmp = Path(tempfile.mkdtemp(prefix=f"taskward-{prefix}-", dir=sqlite_dir))
+        self._schemas = PgSchemas(pg_url, prefix=f"bench_{prefix}")
+        self._n = 0
+
+    def create(self, backend: str) -> Store:
+        import asyncio
+
+        import taskward
+
+        async def migrate(url: str) -> None:
+            async with taskward.open_db(url):
+                pass
+
+        self._n += 1
+        if backend == "sqlite":
+            path = self._tmp / f"{self.prefix}-{self._n}.db"
+            url = f"sqlite:///{path}"
+            asyncio.run(migrate(url))
+            return Store(backend, with_query(url, migrate="false"), str(path), str(path))
+        schema = self._schemas.create()
+        url = pg_schema_url(self.pg_url, schema)
+        asyncio.run(migrate(url))
+        return Store(backend, with_query(url, migrate="false"), url, schema)
+
+    def remove(self, store: Store) -> None:
+        if store.backend == "sqlite":
+            remove_sqlite_file(Path(store.handle))
+        else:
+            self._schemas.drop(store.handle)
+
+    def pg_version(self) -> str:
+        return self._schemas.server_version()
+
+    @property
+    def directory(self) -> Path:
+        return self._tmp
+
+    def close(self) -> None:
+        import shutil
+
+        try:
+            self._schemas.drop_all()
+        finally:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def raw_connection(store: Store) -> Any:
+    """A raw autocommit connection (stdlib sqlite3 / sync psycopg) for reads and floors."""
+    import sqlite3
+
+    if store.backend == "sqlite":
+        conn = sqlite3.connect(store.raw, isolation_level=None, timeout=30)
+        try:
+            yield conn
+        finally:
+            conn.close()
+    else:
+        with psycopg.connect(store.raw, autocommit=True) as conn:
+            yield conn
+
+
+def raw_rows(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """Run ``sql`` (``?`` placeholders, translated for psycopg) and return every row."""
+    if isinstance(conn, psycopg.Connection):
+        sql = sql.replace("?", "%s")
+    return list(conn.execute(sql, tuple(params)).fetchall())
+
+
+def raw_value(conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+    rows = raw_rows(conn, sql, params)
+    return rows[0][0] if rows else None
+
+
+# -- admission (untimed) ----------------------------------------------------------------------
+
+
+def admit_tasks(
+    store: Store, kind: str, args: dict[str, Any], count: int, *, key_prefix: str
+) -> list[str]:
+    """Admit ``count`` tasks through ``taskward.submit_task`` (several at once on PostgreSQL,
+    whose pool serves them in parallel; one after another on SQLite, which has one writer)."""
+    import asyncio
+
+    import taskward
+
+    ensure_repo_on_path()
+    registry = taskward.build_registry(taskward.AdapterConfig(imports=(TASKS_MODULE,)))
+    lanes = 8 if store.backend == "postgres" else 1
+
+    async def run() -> list[str]:
+        async with taskward.open_db(store.url) as db:
+
+            async def lane(indexes: range) -> list[str]:
+                out = []
+                for i in indexes:
+                    app = taskward.TaskApplication(
+                        action_kind=kind,
+                        args=args,
+                        execution_target="host",
+                        idempotency_key=f"{key_prefix}-{i}",
+                    )
+                    out.append(await taskward.submit_task(db, app, registry=registry))
+                return out
+
+            parts = await asyncio.gather(*(lane(range(j, count, lanes)) for j in range(lanes)))
+        return [task_id for part in parts for task_id in part]
+
+    return asyncio.run(run())
+
+
+# -- taskward worker processes ----------------------------------------------------------------
+
+_REPORTED = re.compile(
+    r"stopped \((?P<reason>[^)]*)\) after (?P<seconds>[0-9.]+)s: claimed (?P<claimed>\d+), "
+    r"completed (?P<completed>\d+), failed (?P<failed>\d+)"
+)
+
+
+def read_rss_mb(pid: int) -> dict[str, float]:
+    """VmRSS and VmHWM (peak) of ``pid`` from /proc, in MiB."""
+    out: dict[str, float] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                out[name] = int(value.split()[0]) / 1024.0
+    return out
+
+
+class WorkerProcess:
+    """One ``taskward worker`` OS process over a store, importing ``bench.tasks``.
+
+    stdout is discarded and stderr goes to a file (read after exit: the worker's own summary
+    line). ``stop()`` sends SIGTERM (drain), then SIGKILL if it does not exit in time.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        concurrency: int,
+        burst: bool,
+        log_dir: Path,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.store = store
+        self.concurrency = concurrency
+        self.burst = burst
+        self.extra_args = list(extra_args)
+        self.log_path = log_dir / f"worker-{uuid.uuid4().hex[:8]}.log"
+        self.process: Any = None
+        self.spawned_at = 0.0  # time.time() just before the spawn
+        self.spawned_mono = 0.0
+
+    def command(self) -> list[str]:
+        script = Path(sys.executable).with_name("taskward")
+        head = [str(script)] if script.exists() else [sys.executable, "-m", "taskward.cli.main"]
+        argv = [*head, "--db", self.store.url, "--import", TASKS_MODULE, "worker", "--quiet"]
+        argv += ["--concurrency", str(self.concurrency)]
+        if self.burst:
+            argv.append("--burst")
+        return argv + self.extra_args
+
+    def start(self) -> None:
+        import subprocess
+
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        env.pop("TASKWARD_DATABASE_URL", None)
+        argv = self.command()
+        log = open(self.log_path, "wb")  # noqa: SIM115 - closed when the process is reaped
+        self.spawned_at = time.time()
+        self.spawned_mono = time.monotonic()
+        self.process = subprocess.Popen(
+            argv, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log
+        )
+        log.close()  # the child holds its own descriptor
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    def poll(self) -> int | None:
+        return self.process.poll()  # type: ignore[no-any-return]
+
+    def wait(self, timeout_s: float) -> int | None:
+        import subprocess
+
+        try:
+            return self.process.wait(timeout=timeout_s)  # type: ignore[no-any-return]
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """SIGTERM (the worker drains and exits 0), then SIGKILL after ``timeout_s``."""
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        self.process.terminate()
+        code = self.wait(timeout_s)
+        if code is None:
+            self.process.kill()
+            code = self.wait(10.0)
+        return code
+
+    def stderr_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def reported(self) -> dict[str, Any] | None:
+        """The worker's own summary line: stop reason, seconds, claimed/completed/failed."""
+        match = _REPORTED.search(self.stderr_text())
+        if match is None:
+            return None
+        return {
+            "reason": match["reason"],
+            "seconds": float(match["seconds"]),
+            "claimed": int(match["claimed"]),
+            "completed": int(match["completed"]),
+            "failed": int(match["failed"]),
+        }
+
+    def __enter__(self) -> WorkerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        with contextlib.suppress(OSError):
+            self.log_path.unlink()
+
+
+def wait_for_heartbeat(conn: Any, worker: WorkerProcess, timeout_s: float = 30.0) -> float:
+    """Block until the worker's heartbeat row exists; returns seconds since its spawn."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if raw_value(conn, "SELECT count(*) FROM workers WHERE pid = ?", (worker.pid,)):
+            return time.monotonic() - worker.spawned_mono
+        if worker.poll() is not None:
+            raise RuntimeError(f"worker exited with {worker.poll()}:\n{worker.stderr_text()}")
+        time.sleep(0.01)
+    raise RuntimeError(f"no heartbeat from the worker after {timeout_s}s")
+
+
+def wait_for_completed(
+    conn: Any,
+    count: int,
+    *,
+    worker: WorkerProcess | None = None,
+    poll_s: float = 0.05,
+    timeout_s: float = 1800.0,
+) -> tuple[int, float]:
+    """Poll the count of ``completed`` rows every ``poll_s`` until it reaches ``count``.
+
+    Returns ``(completed, time.monotonic() when it was seen)``; stops early if the worker
+    exits or ``timeout_s`` passes (the caller reports the shortfall as a violation).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = int(raw_value(conn, "SELECT count(*) FROM schedule_runs WHERE status = 'completed'"))
+        seen = time.monotonic()
+        if done >= count or seen >= deadline:
+            return done, seen
+        if worker is not None and worker.poll() is not None:
+            done = int(
+                raw_value(conn, "SELECT count(*) FROM schedule_runs WHERE status = 'completed'")
+            )
+            return done, time.monotonic()
+        time.sleep(poll_s)
+
+
+@dataclass
+class Drain:
+    """One burst worker draining ``count`` admitted tasks."""
+
+    count: int
+    concurrency: int
+    completed: int
+    wall_s: float  # worker spawn -> all rows seen completed (50 ms polls)
+    span_s: float  # first claim fact -> last completion fact (store clock)
+    startup_s: float  # worker spawn -> first claim fact
+    reported_s: float | None  # the worker's own "after X s" (includes its idle exit check)
+    exit_code: int | None
+    worker_stats: dict[str, Any] | None
+
+    @property
+    def per_s(self) -> float:
+        return self.completed / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def span_per_s(self) -> float:
+        return self.completed / self.span_s if self.span_s > 0 else 0.0
+
+
+def drain_with_worker(
+    store: Store, count: int, concurrency: int, log_dir: Path, *, timeout_s: float = 1800.0
+) -> Drain:
+    """Start one ``taskward worker --burst --quiet --concurrency C`` and time it draining the
+    store: from just before the spawn until every row is seen ``completed``."""
+    with raw_connection(store) as conn:
+        worker = WorkerProcess(store, concurrency=concurrency, burst=True, log_dir=log_dir)
+        with worker:
+            completed, seen = wait_for_completed(conn, count, worker=worker, timeout_s=timeout_s)
+            wall_s = seen - worker.spawned_mono
+            exit_code = worker.wait(60.0)  # burst mode exits once the queue is empty
+            stats = worker.reported()
+            if exit_code is None:
+                exit_code = worker.stop()
+        first_claim, last_end = raw_rows(
+            conn,
+            "SELECT (SELECT min(created_at) FROM status_transitions WHERE status = 'running'),"
+            " (SELECT max(created_at) FROM status_transitions WHERE previous_status = 'running')",
+        )[0]
+    span_s = float(last_end) - float(first_claim) if first_claim is not None else 0.0
+    startup_s = float(first_claim) - worker.spawned_at if first_claim is not None else 0.0
+    return Drain(
+        count=count,
+        concurrency=concurrency,
+        completed=completed,
+        wall_s=wall_s,
+        span_s=span_s,
+        startup_s=startup_s,
+        reported_s=stats["seconds"] if stats else None,
+        exit_code=exit_code,
+        worker_stats=stats,
+    )
+
+
+# -- audit check ------------------------------------------------------------------------------
+
+_AUDIT_SQL = """
+WITH f AS (
+  SELECT entity_id, count(*) AS n,
+         sum(CASE WHEN previous_status = 'queued' AND status = 'running' THEN 1 ELSE 0 END)
+           AS claims,
+         sum(CASE WHEN previous_status = 'running' AND status = 'completed' THEN 1 ELSE 0 END)
+           AS completions
+  FROM status_transitions GROUP BY entity_id),
+e AS (
+  SELECT task_id, count(*) AS n,
+         sum(CASE WHEN kind = 'transition' THEN 1 ELSE 0 END) AS transitions
+  FROM task_events GROUP BY task_id),
+s AS (
+  SELECT task_id, count(*) AS n,
+         sum(CASE WHEN state = 'complete' AND summary IS NOT NULL AND summary_hash IS NOT NULL
+                  THEN 1 ELSE 0 END) AS complete
+  FROM task_summaries GROUP BY task_id)
+SELECT
+  count(*),
+  sum(CASE WHEN r.status <> 'completed' THEN 1 ELSE 0 END),
+  sum(CASE WHEN coalesce(f.n, 0) <> 2 OR coalesce(f.claims, 0) <> 1
+             OR coalesce(f.completions, 0) <> 1 THEN 1 ELSE 0 END),
+  sum(CASE WHEN coalesce(e.n, 0) <> 2 OR coalesce(e.transitions, 0) <> 2 THEN 1 ELSE 0 END),
+  sum(CASE WHEN coalesce(s.n, 0) <> 1 OR coalesce(s.complete, 0) <> 1 THEN 1 ELSE 0 END)
+FROM schedule_runs r
+LEFT JOIN f ON f.entity_id = r.id
+LEFT JOIN e ON e.task_id = r.id
+LEFT JOIN s ON s.task_id = r.id
+"""
+
+_AUDIT_LINKS_SQL = """
+SELECT
+  (SELECT count(*) FROM status_transitions),
+  (SELECT count(*) FROM task_events),
+  (SELECT count(*) FROM task_summaries),
+  (SELECT count(*) FROM task_events e WHERE e.kind = 'transition' AND NOT EXISTS (
+     SELECT 1 FROM status_transitions t WHERE t.id = e.transition_id AND t.entity_id = e.task_id
+       AND t.status = e.status AND t.event_id = e.id)),
+  (SELECT count(*) FROM task_summaries s JOIN schedule_runs r ON r.id = s.task_id
+     WHERE s.session_key <> r.id || ':' || CAST(r.lease_attempts AS TEXT)),
+  (SELECT count(*) FROM status_transitions WHERE entity_id NOT IN (SELECT id FROM schedule_runs))
+  + (SELECT count(*) FROM task_events WHERE task_id NOT IN (SELECT id FROM schedule_runs))
+  + (SELECT count(*) FROM task_summaries
+       WHERE task_id IS NULL OR task_id NOT IN (SELECT id FROM schedule_runs))
+"""
+
+
+@dataclass
+class Audit:
+    """What the store holds after a drain, and every way it differs from the full audit trail
+    (each task ``completed`` with exactly its two facts, two transition events linked to them,
+    and one complete summary keyed ``<id>:<attempt>``)."""
+
+    tasks: int
+    facts: int
+    events: int
+    summaries: int
+    violations: list[str]
+
+    def per_task(self) -> dict[str, float]:
+        n = self.tasks or 1
+        return {
+            "facts": self.facts / n,
+            "events": self.events / n,
+            "summaries": self.summaries / n,
+            "audit_rows": (self.facts + self.events + self.summaries) / n,
+        }
+
+
+def audit_store(store: Store, expected_tasks: int) -> Audit:
+    with raw_connection(store) as conn:
+        tasks, not_completed, bad_facts, bad_events, bad_summaries = (
+            int(v or 0) for v in raw_rows(conn, _AUDIT_SQL)[0]
+        )
+        facts, events, summaries, unlinked, bad_keys, orphans = (
+            int(v or 0) for v in raw_rows(conn, _AUDIT_LINKS_SQL)[0]
+        )
+    checks = [
+        (tasks != expected_tasks, f"{tasks} tasks stored, {expected_tasks} admitted"),
+        (not_completed, f"{not_completed} tasks not completed"),
+        (bad_facts, f"{bad_facts} tasks without exactly 2 facts (queued->running->completed)"),
+        (bad_events, f"{bad_events} tasks without exactly 2 events, both 'transition'"),
+        (bad_summaries, f"{bad_summaries} tasks without exactly one complete summary"),
+        (unlinked, f"{unlinked} transition events not linked to their fact"),
+        (bad_keys, f"{bad_keys} summaries not keyed <task-id>:<attempt>"),
+        (orphans, f"{orphans} audit rows for tasks that do not exist"),
+    ]
+    return Audit(tasks, facts, events, summaries, [text for failed, text in checks if failed])
+
+
+def analyze_store(store: Store) -> None:
+    """Gather planner statistics (``ANALYZE``), as autovacuum eventually does on PostgreSQL.
+
+    taskward never runs ANALYZE itself; without statistics both planners may scan and sort
+    every queued row for a claim instead of walking the claim index in order.
+    """
+    with raw_connection(store) as conn:
+        conn.execute("ANALYZE")
+
+
+def code_version() -> dict[str, Any]:
+    """The commit, whether ``src/`` differs from it, and a hash of the ``src/`` files measured
+    (other work may be in progress in the tree: the hash tells two runs' code apart)."""
+    import hashlib
+    import subprocess
+
+    def git(*argv: str) -> str:
+        try:
+            out = subprocess.run(
+                ["git", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+            )
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return out.stdout.strip()
+
+    digest = hashlib.sha256()
+    for path in sorted((REPO_ROOT / "src").rglob("*")):
+        if path.is_file() and path.suffix in {".py", ".sql"}:
+            digest.update(str(path.relative_to(REPO_ROOT)).encode())
+            digest.update(path.read_bytes())
+    return {
+        "commit": git("rev-parse", "--short", "HEAD") or "?",
+        "src_dirty": bool(git("status", "--porcelain", "--", "src")),
+        "src_hash": digest.hexdigest()[:12],
+    }

@@ -90,3 +90,26 @@ def db_url(stores: StoreFactory) -> str:
 async def db(db_url: str) -> AsyncIterator[StateDB]:
     async with taskward.open_db(db_url) as store:
         yield store
+
+
+# -- Hypothesis profiles for the model-based tests (tests/model): bounded and deterministic in the
+# suite; ``TASKWARD_MODEL_PROFILE=taskward-model-long`` explores much further on demand.
+from hypothesis import HealthCheck  # noqa: E402
+from hypothesis import settings as hypothesis_settings  # noqa: E402
+
+hypothesis_settings.register_profile(
+    "taskward-model",
+    max_examples=15,
+    stateful_step_count=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+hypothesis_settings.register_profile(
+    "taskward-model-long",
+    max_examples=500,
+    stateful_step_count=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)

@@ -1,4 +1,5 @@
-"""``submit_task``: the only code that inserts a run (ADR-0072 D1/D2, DESIGN.md R8).
+"""``submit_task``: the only code that inserts a run (ADR-0072 D1/D2, DESIGN.md R8); its
+``admit_task`` form also says whether the call inserted the row (HTTP's 201 or 200).
 
 Validation and canonicalisation happen before any SQL; a failure writes nothing. The insert is
 ``INSERT ... ON CONFLICT DO NOTHING`` followed by a read and a hash comparison, so the same key
@@ -56,7 +57,34 @@ def _optional_text(field: str, value: object) -> str | None:
         return None
     if not isinstance(value, str) or not value.strip():
         raise TaskValidationError(field, value, "null or a non-empty string")
+    _check_text(field, value)
     return value
+
+
+def _check_text(field: str, value: str) -> None:
+    """Refuse text no backend can store alike: PostgreSQL keeps no NUL character and UTF-8 has
+    no lone surrogates. Without this, such input passes on SQLite and is a store error on
+    PostgreSQL; with it, both answer with a validation error (R14)."""
+    if "\x00" in value:
+        raise TaskValidationError(field, value, "text without NUL (\\u0000) characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = value.encode("utf-8", "backslashreplace").decode("utf-8")
+        raise TaskValidationError(field, shown, "valid Unicode text (no lone surrogates)") from None
+
+
+def _check_json_text(field: str, value: Any) -> None:
+    """``_check_text`` on every key and string inside a JSON value; ``field`` names the path."""
+    if isinstance(value, str):
+        _check_text(field, value)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_text(f"{field} key", key)
+            _check_json_text(f"{field}.{key}", item)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_json_text(f"{field}[{i}]", item)
 
 
 def _capabilities(value: object) -> list[str]:
@@ -67,6 +95,7 @@ def _capabilities(value: object) -> list[str]:
             raise TaskValidationError(
                 "required_capabilities", token, "non-empty strings without surrounding whitespace"
             )
+        _check_text("required_capabilities", token)
     if len(value) > MAX_CAPABILITIES:
         raise TaskValidationError(
             "required_capabilities", f"{len(value)} tokens", f"at most {MAX_CAPABILITIES}"
@@ -107,6 +136,7 @@ def validate_application(
     if not isinstance(key, str) or not key.strip():
         raise TaskValidationError("idempotency_key", key, "a non-empty string (ADR-0072 D1)")
     key = key.strip()
+    _check_text("idempotency_key", key)
     if len(key) > MAX_KEY_LENGTH:
         raise TaskValidationError(
             "idempotency_key", f"{len(key)} characters", f"at most {MAX_KEY_LENGTH} characters"
@@ -129,10 +159,17 @@ def validate_application(
             "JSON values only (no NaN, bytes or objects)",
             message=f"args must be JSON-serializable: {exc}",
         ) from exc
-    if len(args_json.encode("utf-8")) > MAX_ARGS_BYTES:
+    try:
+        args_size = len(args_json.encode("utf-8"))
+    except UnicodeEncodeError:
+        _check_json_text("args", app.args)  # names the offending string
+        raise  # pragma: no cover - the walk above always finds it
+    if "\\u0000" in args_json:  # fast path: only then walk to find (or clear) a NUL
+        _check_json_text("args", app.args)
+    if args_size > MAX_ARGS_BYTES:
         raise TaskValidationError(
             "args",
-            f"{len(args_json.encode('utf-8'))} bytes",
+            f"{args_size} bytes",
             f"at most {MAX_ARGS_BYTES} bytes of JSON",
         )
     args = dict(app.args)
@@ -170,6 +207,15 @@ def validate_application(
     )
 
 
+@dataclass(frozen=True)
+class Admission:
+    """What ``admit_task`` decided: the task id, and whether this call inserted the row (False
+    when the key had already admitted the same application)."""
+
+    task_id: str
+    created: bool
+
+
 async def submit_task(
     db: StateDB,
     app: TaskApplication,
@@ -184,6 +230,30 @@ async def submit_task(
     Raises:
         TaskValidationError: bad input (nothing written); AdapterNotRegistered for the kind.
         TaskIdempotencyConflict: the key already admitted a different application.
+    """
+    admission = await admit_task(
+        db,
+        app,
+        registry=registry,
+        admission_source=admission_source,
+        schedule_id=schedule_id,
+        now=now,
+    )
+    return admission.task_id
+
+
+async def admit_task(
+    db: StateDB,
+    app: TaskApplication,
+    *,
+    registry: TaskAdapterRegistry | None = None,
+    admission_source: str = "library",
+    schedule_id: str | None = None,
+    now: float | None = None,
+) -> Admission:
+    """``submit_task`` that also says whether the row is new (HTTP answers 201 or 200 by it).
+
+    Raises: as ``submit_task``.
     """
     if admission_source not in ADMISSION_SOURCES:
         raise TaskValidationError("admission_source", admission_source, sorted(ADMISSION_SOURCES))
@@ -212,15 +282,13 @@ async def submit_task(
     )
     if row is not None:
         db.wake("queued")
-        task_id: str = row["id"]
-        return task_id
+        return Admission(task_id=row["id"], created=True)
     existing = await db.fetchone("run_get_by_key", {"idempotency_key": admitted.idempotency_key})
     if existing is None:  # pragma: no cover - the unique index makes this unreachable
         raise RuntimeError("admission insert conflicted but no row holds the key")
     if existing["application_hash"] != admitted.application_hash:
         raise TaskIdempotencyConflict(admitted.idempotency_key, existing["id"])
-    existing_id: str = existing["id"]
-    return existing_id
+    return Admission(task_id=existing["id"], created=False)
 
 
 MAX_BULK: Final = 10_000

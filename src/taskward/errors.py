@@ -3,10 +3,13 @@
     TaskwardError
     ├── TaskValidationError(ValueError)      bad input: names field, value and what is allowed
     │   ├── AdapterNotRegistered             action_kind no registered adapter serves
-    │   └── InvalidTransition                undeclared lifecycle edge, bad reason/guard/patch
+    │   ├── InvalidTransition                undeclared lifecycle edge, bad reason/guard/patch
+    │   └── NotificationNotRetryable         outbox retry of a row not dead_letter/expired
     ├── TaskIdempotencyConflict(ValueError)  same admission key, different application hash
     ├── TransitionIdempotencyConflict(ValueError)  same transition key, different request
     ├── TaskNotFound(LookupError)            no schedule_runs row with that id
+    ├── ScheduleNotFound(LookupError)        no live schedule with that id or name
+    ├── NotificationNotFound(LookupError)    no dispatch_outbox row with that id
     └── StoreError                           the store failed (driver error translated once)
         └── StoreUnavailable                 the store could not be reached or stayed locked
 
@@ -95,9 +98,39 @@ class TaskNotFound(TaskwardError, LookupError):
         super().__init__(f"task {task_id!r} not found")
 
 
+class ScheduleNotFound(TaskwardError, LookupError):
+    """No schedule has this id (or, for a name, no schedule that is not removed)."""
+
+    def __init__(self, schedule_ref: str) -> None:
+        self.schedule_ref = schedule_ref
+        super().__init__(f"schedule {schedule_ref!r} not found")
+
+
 class StoreError(TaskwardError):
     """The store failed; the driver's error is the ``__cause__``."""
 
 
 class StoreUnavailable(StoreError):
     """The store could not be reached, or stayed locked past the retry budget."""
+
+
+class NotificationNotFound(TaskwardError, LookupError):
+    """No dispatch_outbox row has this id (it may have been purged)."""
+
+    def __init__(self, notification_id: str) -> None:
+        self.notification_id = notification_id
+        super().__init__(f"notification {notification_id!r} not found in the outbox")
+
+
+class NotificationNotRetryable(TaskValidationError):
+    """An operator retry names a notification that is not dead_letter or expired (R12)."""
+
+    def __init__(self, notification_id: str, status: str) -> None:
+        super().__init__(
+            "status",
+            status,
+            "dead_letter, expired",
+            message=f"notification {notification_id} is {status}; only dead_letter or expired"
+            " notifications can be retried",
+        )
+        self.notification_id = notification_id

@@ -80,3 +80,51 @@ async def count_by_status(db: StateDB) -> dict[str, int]:
     for row in await db.fetchall("run_count_by_status"):
         counts[row["status"]] = int(row["n"])
     return counts
+
+
+async def count_by_status_and_target(db: StateDB) -> list[Row]:
+    """``{"status", "execution_target", "n"}`` for every pair that has tasks."""
+    return [
+        {"status": r["status"], "execution_target": r["execution_target"], "n": int(r["n"])}
+        for r in await db.fetchall("run_count_by_status_target")
+    ]
+
+
+async def count_admissions_by_source(db: StateDB) -> dict[str, int]:
+    """Tasks ever admitted, by ``admission_source``: a counter, since runs are never deleted
+    (R11). Historical rows without a source count under ``"unknown"``."""
+    return {
+        (r["admission_source"] or "unknown"): int(r["n"])
+        for r in await db.fetchall("run_count_by_source")
+    }
+
+
+async def count_transitions_by_edge(db: StateDB) -> list[Row]:
+    """``{"previous_status", "status", "reason_code", "n"}``: transitions ever applied, by edge
+    and reason. A counter: facts are append-only (ADR-0072 D3)."""
+    return [
+        {
+            "previous_status": r["previous_status"],
+            "status": r["status"],
+            "reason_code": r["reason_code"],
+            "n": int(r["n"]),
+        }
+        for r in await db.fetchall("fact_count_by_edge")
+    ]
+
+
+async def list_workers(
+    db: StateDB, *, heartbeat_ttl: float, limit: int = 200, now: float | None = None
+) -> list[Row]:
+    """Workers, most recent heartbeat first, each with ``heartbeat_age_s`` and ``is_live``
+    (a heartbeat is stale when ``now - last_heartbeat_at > heartbeat_ttl``, R6)."""
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise TaskValidationError("limit", limit, f"1..{MAX_LIST_LIMIT}")
+    if now is None:
+        now = await db.now()
+    workers = await db.fetchall("worker_list", {"limit": limit})
+    for worker in workers:
+        age = max(0.0, now - float(worker["last_heartbeat_at"]))
+        worker["heartbeat_age_s"] = age
+        worker["is_live"] = age <= heartbeat_ttl
+    return workers

@@ -37,7 +37,9 @@ from taskward.maintenance.reaper import (
     reap_deadlines,
     reap_expired_leases,
 )
+from taskward.outbox import OutboxConfig, OutboxDeliverer
 from taskward.registry import TaskAdapterRegistry
+from taskward.schedules import Scheduler
 from taskward.store.port import StateDB
 from taskward.worker import register_heartbeat, watch_cancellations
 
@@ -76,6 +78,10 @@ class WorkerConfig:
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     cwd: Path | None = None
     exit_when_idle: bool = False  # drain and exit once no claimable work is left (--burst)
+    run_scheduler: bool = True  # evaluate due schedules and admit their fires (R13)
+    scheduler_interval_s: float = 1.0
+    deliver_outbox: bool = True  # run an outbox deliverer (ADR-0072 D6) in this worker
+    outbox: OutboxConfig | None = None  # None: targets from the environment (docs/outbox.md)
 
 
 class WorkerRuntime:
@@ -104,6 +110,11 @@ class WorkerRuntime:
             db, self.spec, retry_policy=config.retry_policy, cwd=config.cwd
         )
         self.summaries = LocalSummaryStore(db)
+        self.outbox = (
+            OutboxDeliverer(db, config.outbox or OutboxConfig.from_env(), owner=config.worker_id)
+            if config.deliver_outbox
+            else None
+        )
         self.exit_code = EXIT_OK
         self._idle_passes = 0
         self.host = ResidentEngineHost(
@@ -214,6 +225,19 @@ class WorkerRuntime:
                 )
             ),
         ]
+        if self.outbox is not None:
+            background.append(
+                asyncio.create_task(
+                    self._every(self.outbox.config.poll_interval_s, self.outbox.run_once, "outbox")
+                )
+            )
+        if self.config.run_scheduler:
+            scheduler = Scheduler(self.db, self.registry)
+            background.append(
+                asyncio.create_task(
+                    self._every(self.config.scheduler_interval_s, scheduler.run_once, "scheduler")
+                )
+            )
         if self.config.exit_when_idle:
             background.append(asyncio.create_task(self._burst_watch()))
         self._serve = asyncio.create_task(self.host.serve())

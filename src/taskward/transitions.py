@@ -184,38 +184,38 @@ async def apply_transition(
             }
         ),
     }
-    # The fact and its event travel together (one round trip on PostgreSQL); a fact whose key
-    # is taken inserts nothing, and KeyAlreadyUsed rolls the whole transaction back.
-    inserted, _ = await tx.fetch_batch([("fact_insert", fact), ("event_insert", event)])
-    if inserted is None:
-        raise KeyAlreadyUsed(request.idempotency_key)
-    if request.to_state == "queued":
-        tx.notify("queued")  # wake idle workers: claimable work appeared
+    statements: list[tuple[str, dict[str, Any]]] = [("fact_insert", fact), ("event_insert", event)]
     # -- outbox (ADR-0072 D6, R12) ----------------------------------------------------------
     # A terminal transition enqueues exactly one notification in this same transaction, keyed
     # by the transition id (ON CONFLICT DO NOTHING). Delivery (taskward.outbox) only ever
     # changes dispatch_outbox, never this task. NULL max_attempts/ttl_s take the defaults.
     if is_terminal(request.to_state):
-        await tx.execute(
-            "outbox_enqueue",
-            {
-                "id": str(uuid.uuid4()),
-                "kind": "task_terminal",
-                "dedup_key": f"task-terminal:{transition_id}",
-                "schedule_run_id": request.entity_id,
-                "transition_id": transition_id,
-                "body": dumps(
-                    {
-                        "status": request.to_state,
-                        "reason": {"code": request.reason.code, "summary": request.reason.summary},
-                        "evidence_refs": request.reason.evidence_refs,
-                    }
-                ),
-                "max_attempts": None,
-                "ttl_s": None,
-            },
-        )
+        outbox_row = {
+            "id": str(uuid.uuid4()),
+            "kind": "task_terminal",
+            "dedup_key": f"task-terminal:{transition_id}",
+            "schedule_run_id": request.entity_id,
+            "transition_id": transition_id,
+            "body": dumps(
+                {
+                    "status": request.to_state,
+                    "reason": {"code": request.reason.code, "summary": request.reason.summary},
+                    "evidence_refs": request.reason.evidence_refs,
+                }
+            ),
+            "max_attempts": None,
+            "ttl_s": None,
+        }
+        statements.append(("outbox_enqueue", outbox_row))
     # -- end outbox -----------------------------------------------------------------------
+    # The fact, its event and any notification travel together (one round trip on
+    # PostgreSQL); a fact whose key is taken inserts nothing, and KeyAlreadyUsed rolls the
+    # whole transaction back (the notification with it).
+    inserted = (await tx.fetch_batch(statements))[0]
+    if inserted is None:
+        raise KeyAlreadyUsed(request.idempotency_key)
+    if request.to_state == "queued":
+        tx.notify("queued")  # wake idle workers: claimable work appeared
     return TransitionResult(
         applied=True,
         previous_state=request.from_state,

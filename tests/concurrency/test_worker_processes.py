@@ -31,15 +31,39 @@ pytestmark = pytest.mark.slow
 
 
 def worker_argv(url: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "taskward.cli.main", "--db", url, "--import", MODULE, "worker",
-            "--quiet", "--heartbeat-interval", "0.2", "--reap-interval", "0.1",
-            "--retry-base", "0.01", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "taskward.cli.main",
+        "--db",
+        url,
+        "--import",
+        MODULE,
+        "worker",
+        "--quiet",
+        "--heartbeat-interval",
+        "0.2",
+        "--reap-interval",
+        "0.1",
+        "--retry-base",
+        "0.01",
+        *extra,
+    ]
 
 
 @contextmanager
 def workers(argvs: list[list[str]]) -> Iterator[list[subprocess.Popen[str]]]:
-    procs = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True) for argv in argvs]
+    procs = [
+        subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for argv in argvs
+    ]
     try:
         yield procs
     finally:
@@ -49,8 +73,7 @@ def workers(argvs: list[list[str]]) -> Iterator[list[subprocess.Popen[str]]]:
             proc.communicate(timeout=30)
 
 
-async def wait_until(check: Callable[[], Awaitable[bool]], *, timeout: float,
-                     what: str) -> None:
+async def wait_until(check: Callable[[], Awaitable[bool]], *, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not await check():
         if time.monotonic() > deadline:
@@ -59,8 +82,9 @@ async def wait_until(check: Callable[[], Awaitable[bool]], *, timeout: float,
 
 
 async def submit(db: StateDB, kind: str, args: dict[str, object]) -> str:
-    app = taskward.TaskApplication(action_kind=kind, args=args, execution_target="host",
-                                   idempotency_key=f"k-{uuid.uuid4()}")
+    app = taskward.TaskApplication(
+        action_kind=kind, args=args, execution_target="host", idempotency_key=f"k-{uuid.uuid4()}"
+    )
     return await taskward.submit_task(db, app, registry=REGISTRY)
 
 
@@ -75,8 +99,7 @@ async def test_four_worker_processes_drain_4000_tasks_exactly_once(
     total = 4000
     for _ in range(total):
         await submit(db, "noop", {})
-    with workers([worker_argv(db_url, "--concurrency", "8", "--burst") for _ in range(4)]) \
-            as procs:
+    with workers([worker_argv(db_url, "--concurrency", "8", "--burst") for _ in range(4)]) as procs:
         await wait_until(lambda: _all_completed(db, total), timeout=240, what="4000 completions")
         for proc in procs:
             assert proc.wait(timeout=60) == 0
@@ -115,11 +138,19 @@ async def test_sigkilled_workers_task_is_recovered_by_another_worker(
         row = await taskward.get_task(db, task_id)
         assert row["status"] == "running" and row["lease_attempts"] == 1
         with workers([worker_argv(db_url, *short)]):
-            await wait_until(lambda: _status_is(db, task_id, "completed"), timeout=30,
-                             what="recovery and completion")
+            await wait_until(
+                lambda: _status_is(db, task_id, "completed"),
+                timeout=30,
+                what="recovery and completion",
+            )
     facts = await taskward.list_transitions(db, task_id)
-    assert [f["status"] for f in facts] == ["running", "retry_wait", "queued", "running",
-                                            "completed"]
+    assert [f["status"] for f in facts] == [
+        "running",
+        "retry_wait",
+        "queued",
+        "running",
+        "completed",
+    ]
     assert facts[1]["reason_code"] == "lease_expired"
     assert facts[0]["lease_id"] != facts[3]["lease_id"]
     assert (await taskward.get_task(db, task_id))["lease_attempts"] == 2
@@ -129,28 +160,40 @@ async def test_sigstopped_worker_resumed_after_reclaim_has_its_terminal_write_re
     db: StateDB, db_url: str, tmp_path: Path
 ) -> None:
     marker = tmp_path / "started"
-    task_id = await submit(db, "nap_marked", {"marker": str(marker), "seconds": 0.6,
-                                              "timeout_s": 1.0})
+    task_id = await submit(
+        db, "nap_marked", {"marker": str(marker), "seconds": 0.6, "timeout_s": 1.0}
+    )
     short = ["--lease-ttl", "0.5", "--lease-slack", "0.2"]
     with workers([worker_argv(db_url, *short, "--worker-id", "host:5709ed00")]) as [stopped]:
         await wait_until(lambda: _exists(marker), timeout=30, what="the first attempt to start")
         os.killpg(stopped.pid, signal.SIGSTOP)
         marker.unlink()
         with workers([worker_argv(db_url, *short, "--worker-id", "host:0be00001")]):
-            await wait_until(lambda: _status_is(db, task_id, "completed"), timeout=30,
-                             what="reclaim and completion by the second worker")
+            await wait_until(
+                lambda: _status_is(db, task_id, "completed"),
+                timeout=30,
+                what="reclaim and completion by the second worker",
+            )
             os.killpg(stopped.pid, signal.SIGCONT)
             # the resumed worker finishes its stale attempt and tries to acknowledge it
-            await wait_until(lambda: _stale_attempt_settled(db, task_id), timeout=30,
-                             what="the stale owner's attempt to settle")
+            await wait_until(
+                lambda: _stale_attempt_settled(db, task_id),
+                timeout=30,
+                what="the stale owner's attempt to settle",
+            )
         os.killpg(stopped.pid, signal.SIGTERM)
         _, err = stopped.communicate(timeout=30)
     facts = await taskward.list_transitions(db, task_id)
-    assert [f["status"] for f in facts] == ["running", "retry_wait", "queued", "running",
-                                            "completed"]
-    assert [f["lease_id"] for f in facts if f["status"] in {"completed", "failed",
-                                                              "timed_out"}] == [
-        "host:0be00001/2"]
+    assert [f["status"] for f in facts] == [
+        "running",
+        "retry_wait",
+        "queued",
+        "running",
+        "completed",
+    ]
+    assert [
+        f["lease_id"] for f in facts if f["status"] in {"completed", "failed", "timed_out"}
+    ] == ["host:0be00001/2"]
     assert "acknowledgements rejected 1" in err, err
 
 
@@ -158,8 +201,11 @@ async def _stale_attempt_settled(db: StateDB, task_id: str) -> bool:
     row = await db.fetchone("worker_get", {"worker_id": "host:5709ed00"})
     # The stale worker heartbeats again once resumed; by then its job has been acknowledged
     # (and rejected): it no longer reports the task as leased.
-    return row is not None and row["leased_run_id"] is None and time.time() - row[
-        "last_heartbeat_at"] < 1.0
+    return (
+        row is not None
+        and row["leased_run_id"] is None
+        and time.time() - row["last_heartbeat_at"] < 1.0
+    )
 
 
 async def _exists(path: Path) -> bool:

@@ -96,9 +96,10 @@ def parse_args(text: str) -> dict[str, Any]:
     return value
 
 
-def registry_for(state: CliState) -> TaskAdapterRegistry:
-    """The built-in adapters plus ``TASKWARD_IMPORTS`` and ``--import`` modules."""
-    config = AdapterConfig.from_env()
+def registry_for(state: CliState, config: AdapterConfig | None = None) -> TaskAdapterRegistry:
+    """The built-in adapters plus ``TASKWARD_IMPORTS`` and ``--import`` modules (``config``:
+    the adapter configuration, default ``AdapterConfig.from_env()``)."""
+    config = config or AdapterConfig.from_env()
     imports = tuple(dict.fromkeys((*config.imports, *state.imports)))
     if imports and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # `--import tasks` finds ./tasks.py, as python -m would

@@ -35,6 +35,9 @@ from taskward.cli.common import (
     with_db,
 )
 from taskward.cli.errors import EXIT_OK, report
+from taskward.cli.outbox_cmd import outbox
+from taskward.cli.schedule_cmd import schedule
+from taskward.cli.serve_cmd import serve, up
 from taskward.cli.worker_cmd import task_wait, worker
 from taskward.models import DEFAULT_EXECUTION_TARGET, EXECUTION_TARGETS
 from taskward.placement import placement_reason
@@ -280,6 +283,10 @@ def task_cancel(state: CliState, task_id: str, key: str | None, reason: str) -> 
 
 
 cli.add_command(worker)
+cli.add_command(serve)
+cli.add_command(up)
+cli.add_command(schedule)
+cli.add_command(outbox)
 cli.add_command(bench)
 task.add_command(task_wait)
 

@@ -338,3 +338,302 @@ RETURNING *;
 -- :older_than_s. Pending and delivering rows are never purged (R11).
 DELETE FROM dispatch_outbox
 WHERE status IN ('delivered', 'dead_letter', 'expired') AND updated_at < :now - :older_than_s;
+
+-- name: schedule_insert
+-- Create a schedule unless a live one has the name; a removed schedule's row stays (R11) and
+-- frees its name.
+INSERT INTO schedules (
+  id, name, cron_expression, interval_s, anchor_at, timezone, enabled,
+  action_kind, action_args, execution_target, required_capabilities,
+  library_ref, library_content_hash,
+  misfire_policy, catch_up_max, misfire_grace_s, overlap_policy,
+  next_fire_at, created_at, updated_at, disabled_at
+) VALUES (
+  :id, :name, :cron_expression, :interval_s, :anchor_at, :timezone, :enabled,
+  :action_kind, :action_args, :execution_target, :required_capabilities,
+  :library_ref, :library_content_hash,
+  :misfire_policy, :catch_up_max, :misfire_grace_s, :overlap_policy,
+  :next_fire_at, :now, :now, CASE WHEN :enabled THEN NULL ELSE :now END
+)
+ON CONFLICT (name) WHERE removed_at IS NULL DO NOTHING
+RETURNING *;
+
+-- name: schedule_get
+SELECT * FROM schedules WHERE id = :id;
+
+-- name: schedule_get_by_name
+SELECT * FROM schedules WHERE name = :name AND removed_at IS NULL;
+
+-- name: schedule_list
+-- Oldest first; removed schedules only when asked for.
+SELECT * FROM schedules
+WHERE (:include_removed OR removed_at IS NULL)
+ORDER BY created_at, id
+LIMIT :limit;
+
+-- name: schedule_due
+-- Schedules whose kind this scheduler's registry serves (:kinds) with a nominal fire due at
+-- :now, or with decided fires still to admit (those whatever the schedule's state since).
+SELECT * FROM schedules
+WHERE ((enabled = 1 AND removed_at IS NULL AND next_fire_at <= :now) OR pending_fires <> '[]')
+  AND action_kind IN (SELECT value FROM json_each(:kinds))
+ORDER BY next_fire_at, id
+LIMIT :limit;
+
+-- name: schedule_has_active_run
+-- The overlap check (R13): one run of this schedule in a non-terminal state (:statuses).
+SELECT id FROM schedule_runs
+WHERE schedule_id = :schedule_id AND status IN (SELECT value FROM json_each(:statuses))
+LIMIT 1;
+
+-- name: schedule_decide_if_revision
+-- The scheduler's compare-and-swap: advance the cursor past the nominal times just decided,
+-- count the skips (R13) and record the fires to admit. No row: another scheduler or an operator
+-- changed the schedule since it was read, and this decision is void.
+UPDATE schedules SET
+  next_fire_at = :next_fire_at,
+  pending_fires = :pending_fires,
+  fire_count = fire_count + :fires,
+  overlap_skips = overlap_skips + :overlap_skips,
+  misfire_skips = misfire_skips + :misfire_skips,
+  last_skip_reason = COALESCE(:last_skip_reason, last_skip_reason),
+  last_skip_at = COALESCE(:last_skip_at, last_skip_at),
+  last_error = NULL,
+  last_error_at = NULL,
+  revision = revision + 1,
+  updated_at = :now
+WHERE id = :id AND revision = :revision AND enabled = 1 AND removed_at IS NULL
+RETURNING revision;
+
+-- name: schedule_admitted_if_revision
+-- The decided fires are admitted: clear them and record the latest run (and any refusal).
+UPDATE schedules SET
+  pending_fires = '[]',
+  last_fire_at = COALESCE(:last_fire_at, last_fire_at),
+  last_run_id = COALESCE(:last_run_id, last_run_id),
+  last_error = COALESCE(:last_error, last_error),
+  last_error_at = CASE WHEN :last_error IS NULL THEN last_error_at ELSE :now END,
+  revision = revision + 1,
+  updated_at = :now
+WHERE id = :id AND revision = :revision
+RETURNING revision;
+
+-- name: schedule_record_error
+-- Why a due fire could not be decided (say this registry rejects the template); written only
+-- when the message changes, so a stuck schedule does not write every pass.
+UPDATE schedules SET last_error = :error, last_error_at = :now, updated_at = :now
+WHERE id = :id AND (last_error IS NULL OR last_error <> :error)
+RETURNING id;
+
+-- name: schedule_enable
+-- Resume from :next_fire_at (the first nominal time after now): times passed while disabled
+-- are not misfires.
+UPDATE schedules SET enabled = 1, disabled_at = NULL, next_fire_at = :next_fire_at,
+  revision = revision + 1, updated_at = :now
+WHERE id = :id AND enabled = 0 AND removed_at IS NULL
+RETURNING *;
+
+-- name: schedule_disable
+UPDATE schedules SET enabled = 0, disabled_at = COALESCE(disabled_at, :now),
+  revision = revision + 1, updated_at = :now
+WHERE id = :id AND enabled = 1
+RETURNING *;
+
+-- name: schedule_remove
+-- R11: a removed schedule is disabled and marked removed, never deleted; its runs stay.
+UPDATE schedules SET enabled = 0, disabled_at = COALESCE(disabled_at, :now), removed_at = :now,
+  revision = revision + 1, updated_at = :now
+WHERE id = :id AND removed_at IS NULL
+RETURNING *;
+
+-- name: schedule_totals
+-- Metrics: schedules, enabled ones, and the recorded fire and skip counters summed.
+SELECT count(*) AS schedules,
+       coalesce(sum(CASE WHEN enabled = 1 THEN 1 ELSE 0 END), 0) AS enabled,
+       coalesce(sum(fire_count), 0) AS fires,
+       coalesce(sum(overlap_skips), 0) AS overlap_skips,
+       coalesce(sum(misfire_skips), 0) AS misfire_skips
+FROM schedules;
+
+-- Invariant checks (taskward.checker, issue 8). Read-only and set-based: each statement scans
+-- the store once and returns only the rows that break an invariant, so a 20,000-task store
+-- checks in seconds. Lists of states, edges and reason codes arrive as JSON arrays built from
+-- taskward.lifecycle, which stays the one owner of the graph. Facts are in insertion order
+-- (rowid here, seq on PostgreSQL).
+
+-- name: check_table_exists
+-- Whether the table :name exists (the outbox may not be migrated yet).
+SELECT count(*) > 0 AS present FROM sqlite_master WHERE type = 'table' AND name = :name;
+
+-- name: check_duplicate_keys
+-- Idempotency keys held by more than one run (the unique index should keep this empty).
+SELECT idempotency_key, count(*) AS n, min(id) AS task_id FROM schedule_runs
+WHERE idempotency_key IS NOT NULL
+GROUP BY idempotency_key HAVING count(*) > 1;
+
+-- name: check_runs_by_keys
+-- The runs holding the idempotency keys of :keys (a JSON array).
+SELECT idempotency_key, id FROM schedule_runs
+WHERE idempotency_key IN (SELECT value FROM json_each(:keys));
+
+-- name: check_running_without_lease
+-- Running rows without an owner or whose lease expired before :now (R6: lease_expires_at < now).
+SELECT id, leased_by, lease_expires_at FROM schedule_runs
+WHERE status = 'running'
+  AND (leased_by IS NULL OR lease_expires_at IS NULL OR lease_expires_at < :now);
+
+-- name: check_runs_against_facts
+-- Each run against its facts: status equals the last fact's target (queued when there is none),
+-- exactly one terminal fact on a terminal row and none on another, a terminal row untouched
+-- since its terminal fact (updated_at), and lease_attempts equal to the number of claim facts.
+WITH agg AS (
+  SELECT entity_id, max(rowid) AS last_rowid,
+         sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END) AS claims,
+         sum(CASE WHEN status IN (SELECT value FROM json_each(:terminal)) THEN 1 ELSE 0 END)
+           AS terminals
+  FROM status_transitions GROUP BY entity_id
+), runs AS (
+  SELECT r.id AS task_id, r.status, r.updated_at, r.lease_attempts,
+         r.status IN (SELECT value FROM json_each(:terminal)) AS is_terminal,
+         t.id AS last_id, t.status AS last_status, t.created_at AS last_at,
+         COALESCE(a.claims, 0) AS claims, COALESCE(a.terminals, 0) AS terminals
+  FROM schedule_runs r
+  LEFT JOIN agg a ON a.entity_id = r.id
+  LEFT JOIN status_transitions t ON t.rowid = a.last_rowid
+), checked AS (
+  SELECT runs.*,
+         (last_id IS NULL AND status <> 'queued')
+           OR (last_id IS NOT NULL AND last_status <> status) AS bad_status,
+         (is_terminal AND terminals <> 1) OR (NOT is_terminal AND terminals > 0)
+           AS bad_terminal_count,
+         (is_terminal AND last_id IS NOT NULL AND last_status = status
+           AND updated_at IS NOT last_at) AS bad_terminal_changed,
+         lease_attempts <> claims AS bad_attempts
+  FROM runs
+)
+SELECT * FROM checked
+WHERE bad_status OR bad_terminal_count OR bad_terminal_changed OR bad_attempts;
+
+-- name: check_fact_chain
+-- Facts in insertion order per task: the first leaves 'queued', each leaves the previous one's
+-- target, each follows a declared edge (:edges, JSON "from>to"), the n-th claim records lease
+-- '<holder>/<n>', and a fact leaving 'running' was written under the lease of the claim just
+-- before it: its recorded lease_id is that claim's, and the lease its writer presented (named
+-- by its key: finish:/ack:<lease-id>, reap:/deadline:<task>:<attempt>) is that lease too.
+WITH f AS (
+  SELECT entity_id, id, previous_status, status, lease_id, idempotency_key,
+         row_number() OVER w AS n,
+         lag(status) OVER w AS prior_status,
+         lag(lease_id) OVER w AS prior_lease_id,
+         sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END) OVER w AS attempt
+  FROM status_transitions
+  WINDOW w AS (PARTITION BY entity_id ORDER BY rowid)
+), checked AS (
+  SELECT f.*,
+         (n = 1 AND previous_status IS NOT 'queued') AS bad_start,
+         (n > 1 AND previous_status IS NOT prior_status) AS bad_chain,
+         (COALESCE(previous_status, '') || '>' || status)
+           NOT IN (SELECT value FROM json_each(:edges)) AS bad_edge,
+         (status = 'running'
+           AND (lease_id IS NULL OR lease_id NOT LIKE ('%/' || CAST(attempt AS TEXT))))
+           AS bad_claim,
+         (previous_status = 'running' AND prior_status = 'running' AND (
+           lease_id IS NULL OR lease_id IS NOT prior_lease_id
+           OR (idempotency_key LIKE 'finish:%' AND substr(idempotency_key, 8) IS NOT lease_id)
+           OR (idempotency_key LIKE 'ack:%' AND substr(idempotency_key, 5) IS NOT lease_id)
+           OR ((idempotency_key LIKE 'reap:%' OR idempotency_key LIKE 'deadline:%')
+               AND substr(idempotency_key, instr(idempotency_key, ':') + 1)
+                   IS NOT (entity_id || ':' || CAST(attempt AS TEXT))))) AS bad_lease
+  FROM f
+)
+SELECT entity_id AS task_id, id AS transition_id, n, previous_status, status, prior_status,
+       lease_id, prior_lease_id, idempotency_key, attempt,
+       bad_start, bad_chain, bad_edge, bad_claim, bad_lease
+FROM checked
+WHERE bad_start OR bad_chain OR bad_edge OR bad_claim OR bad_lease;
+
+-- name: check_fact_events
+-- Facts without exactly one 'transition' event naming them (same task, target and event id),
+-- then 'transition' events naming no fact.
+SELECT f.entity_id AS task_id, f.id AS transition_id, NULL AS event_id, count(e.id) AS n,
+       sum(CASE WHEN e.id IS NOT NULL AND (e.task_id IS NOT f.entity_id OR e.status IS NOT f.status
+                     OR e.id IS NOT f.event_id) THEN 1 ELSE 0 END) AS mismatched
+FROM status_transitions f
+LEFT JOIN task_events e ON e.transition_id = f.id AND e.kind = 'transition'
+GROUP BY f.entity_id, f.id
+HAVING count(e.id) <> 1 OR mismatched > 0
+UNION ALL
+SELECT e.task_id, e.transition_id, e.id, 0, 0
+FROM task_events e LEFT JOIN status_transitions f ON f.id = e.transition_id
+WHERE e.kind = 'transition' AND f.id IS NULL;
+
+-- name: check_fact_fields
+-- Facts without an actor or without a reason code from :reason_codes (a JSON array).
+SELECT entity_id AS task_id, id AS transition_id, actor, reason_code FROM status_transitions
+WHERE actor IS NULL OR trim(actor) = '' OR reason_code IS NULL OR trim(reason_code) = ''
+   OR reason_code NOT IN (SELECT value FROM json_each(:reason_codes));
+
+-- name: check_facts_without_run
+-- Facts of a task whose run row is gone (R11: nothing admission promised is deleted).
+SELECT f.entity_id AS task_id, count(*) AS n FROM status_transitions f
+LEFT JOIN schedule_runs r ON r.id = f.entity_id
+WHERE r.id IS NULL
+GROUP BY f.entity_id;
+
+-- name: check_attempts
+-- Runs above the attempt ceiling, and idle runs (:idle, JSON) stranded at it: no claim ever
+-- selects them again and no path but a claim leads on (R6).
+SELECT id AS task_id, status, lease_attempts FROM schedule_runs
+WHERE lease_attempts > :max_attempts
+   OR (status IN (SELECT value FROM json_each(:idle)) AND lease_attempts >= :max_attempts);
+
+-- name: check_completed_summaries
+-- Completed runs whose final attempt's summary ('<task-id>:<attempt>') is missing, not
+-- complete, or was written or changed after the completed fact (ADR-0037 D4).
+SELECT r.id AS task_id, r.lease_attempts AS attempt, f.id AS transition_id,
+       f.created_at AS completed_at, f.evidence_refs, s.session_key, s.state,
+       s.created_at AS summary_created_at, s.updated_at AS summary_updated_at
+FROM schedule_runs r
+JOIN status_transitions f ON f.entity_id = r.id AND f.status = 'completed'
+LEFT JOIN task_summaries s ON s.session_key = r.id || ':' || r.lease_attempts
+WHERE r.status = 'completed'
+  AND (s.session_key IS NULL OR s.state <> 'complete'
+       OR s.created_at > f.created_at OR s.updated_at > f.created_at);
+
+-- name: check_outbox
+-- Terminal facts (:terminal, JSON) without their 'task-terminal:<transition-id>' row, terminal
+-- transitions with more than one row, and rows naming no terminal fact of their task.
+SELECT f.entity_id AS task_id, f.id AS transition_id, NULL AS outbox_id, 0 AS n,
+       'missing' AS problem
+FROM status_transitions f
+WHERE f.status IN (SELECT value FROM json_each(:terminal))
+  AND NOT EXISTS (SELECT 1 FROM dispatch_outbox o WHERE o.dedup_key = 'task-terminal:' || f.id)
+UNION ALL
+SELECT min(o.schedule_run_id), o.transition_id, min(o.id), count(*), 'duplicate'
+FROM dispatch_outbox o
+WHERE o.kind = 'task_terminal' AND o.transition_id IS NOT NULL
+GROUP BY o.transition_id HAVING count(*) > 1
+UNION ALL
+SELECT o.schedule_run_id, substr(o.dedup_key, 15), o.id, 1, 'orphan'
+FROM dispatch_outbox o LEFT JOIN status_transitions f ON f.id = substr(o.dedup_key, 15)
+WHERE o.dedup_key LIKE 'task-terminal:%'
+  AND (f.id IS NULL OR f.status NOT IN (SELECT value FROM json_each(:terminal))
+       OR o.schedule_run_id IS NOT f.entity_id OR o.transition_id IS NOT f.id);
+
+-- name: check_fact_probe_update
+-- Used only inside a transaction the checker rolls back: must be refused (append-only facts).
+UPDATE status_transitions SET reason_summary = reason_summary WHERE id = :id;
+
+-- name: check_fact_probe_delete
+-- Used only inside a transaction the checker rolls back: must be refused (append-only facts).
+DELETE FROM status_transitions WHERE id = :id;
+
+-- name: check_fact_probe_insert
+-- The probe fact the append-only check tries to change; always rolled back with its transaction.
+INSERT INTO status_transitions (
+  id, entity_type, entity_id, previous_status, status, reason_code, reason_summary,
+  evidence_refs, source, actor, created_at, metadata
+) VALUES (
+  :id, 'schedule_run', :entity_id, 'queued', 'cancelled', 'operator',
+  'invariant checker probe (always rolled back)', '[]', 'system', 'system:checker', :now, '{}'
+);

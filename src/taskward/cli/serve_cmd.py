@@ -1,0 +1,383 @@
+"""``taskward serve`` (HTTP API and dashboard) and ``taskward up`` (the same plus a worker
+runtime, its reaper, scheduler and outbox deliverer, in one process).
+
+uvicorn runs programmatically in the same event loop as the WorkerRuntime. Signals are ours, not
+uvicorn's: the first SIGTERM/SIGINT stops the server and drains the worker (running tasks
+finish), a second one cancels running tasks cooperatively (they go back to the queue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import shlex
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import click
+import uvicorn
+
+from taskward import AdapterConfig, StateDB, TaskAdapterRegistry, open_db
+from taskward.cli.common import CliState, pass_state, registry_for
+from taskward.http import HttpConfig, Metrics, create_app
+from taskward.http.config import TOKENS_ENV, is_loopback
+from taskward.models import EXECUTION_TARGETS
+from taskward.runtime import WorkerConfig, WorkerRuntime
+from taskward.store.open import redact
+
+log = logging.getLogger("taskward.serve")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the service coordinates server and worker."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    if host in {"0.0.0.0", "::"}:
+        shown = "127.0.0.1"
+    return f"http://{shown}:{port}"
+
+
+def _http_config(tokens_file: str | None, max_body_bytes: int | None) -> HttpConfig:
+    config = HttpConfig.from_env(tokens_file=tokens_file)
+    if max_body_bytes is not None:
+        config = dataclasses.replace(config, max_body_bytes=max_body_bytes)
+    return config
+
+
+def _announce(
+    command: str,
+    base: str,
+    db_url: str,
+    config: HttpConfig,
+    *,
+    example_allowed: bool,
+    runtime: WorkerRuntime | None,
+    unfenced: tuple[str, ...] = (),
+) -> None:
+    example = (
+        '{"action_kind": "command", "args": {"argv": ["echo", "hello from taskward"]}, '
+        '"idempotency_key": "first-task"}'
+    )
+    auth = " -H 'Authorization: Bearer $TOKEN'" if config.auth_required else ""
+    lines = [
+        f"taskward {command}: serving on {base} (store {redact(db_url)})",
+        f"  dashboard:   {base}/",
+        f"  API:         {base}/api/tasks   (OpenAPI: {base}/openapi.json, metrics: "
+        f"{base}/metrics)",
+        "  first task:  curl -sS -X POST "
+        f"{base}/api/tasks -H 'Content-Type: application/json'{auth} -d {shlex.quote(example)}",
+    ]
+    if not example_allowed:
+        lines.append("               (needs echo in TASKWARD_COMMAND_ALLOWLIST)")
+    if config.auth_required:
+        names = ", ".join(t.name for t in config.tokens)
+        lines.append(f"  access:      API tokens required ({names}); the dashboard asks for one")
+    else:
+        lines.append(
+            f"  access:      no API token configured: loopback only (set {TOKENS_ENV} to change)"
+        )
+    if runtime is not None:
+        lines.append(
+            f"  worker:      {runtime.worker_id}, concurrency {runtime.config.concurrency}, "
+            f"targets {', '.join(runtime.config.execution_targets)}"
+        )
+    if unfenced:
+        lines.append(
+            f"  adapters:    ALLOW ALL: {' and '.join(unfenced)} run anything a submitter names"
+        )
+    lines.append("  stop:        Ctrl-C (or SIGTERM) drains and exits")
+    for line in lines:
+        click.echo(line)
+
+
+async def run_service(
+    *,
+    command: str,
+    db_url: str,
+    host: str,
+    port: int,
+    registry: TaskAdapterRegistry,
+    http_config: HttpConfig,
+    worker_config: WorkerConfig | None,
+    example_allowed: bool,
+    unfenced: tuple[str, ...] = (),
+) -> int:
+    """Serve until a signal; with ``worker_config``, run a worker runtime beside the server."""
+    sock = _bind(host, port)
+    try:
+        async with open_db(db_url) as db:
+            return await _serve(
+                command=command,
+                db=db,
+                db_url=db_url,
+                sock=sock,
+                host=host,
+                registry=registry,
+                http_config=http_config,
+                worker_config=worker_config,
+                example_allowed=example_allowed,
+                unfenced=unfenced,
+            )
+    finally:
+        sock.close()
+
+
+async def _serve(
+    *,
+    command: str,
+    db: StateDB,
+    db_url: str,
+    sock: socket.socket,
+    host: str,
+    registry: TaskAdapterRegistry,
+    http_config: HttpConfig,
+    worker_config: WorkerConfig | None,
+    example_allowed: bool,
+    unfenced: tuple[str, ...],
+) -> int:
+    metrics = Metrics()
+    app = create_app(db, registry, http_config, metrics=metrics)
+    server = _Server(
+        uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=10
+        )
+    )
+    runtime = (
+        WorkerRuntime(db, registry, worker_config, on_event=metrics.worker_event)
+        if worker_config is not None
+        else None
+    )
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            click.echo(
+                f"taskward {command}: stopping (a second signal cancels running tasks)", err=True
+            )
+            server.should_exit = True
+        else:
+            server.force_exit = True
+        if runtime is not None:
+            runtime.request_stop()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        serving: asyncio.Task[Any] = asyncio.create_task(server.serve(sockets=[sock]))
+        working: asyncio.Task[int] | None = (
+            asyncio.create_task(runtime.run()) if runtime is not None else None
+        )
+        # uvicorn exposes no start event, only this flag.
+        while not server.started and not serving.done():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+        if server.started:
+            _announce(
+                command,
+                _url(host, sock.getsockname()[1]),
+                db_url,
+                http_config,
+                example_allowed=example_allowed,
+                runtime=runtime,
+                unfenced=unfenced,
+            )
+            sys.stdout.flush()
+        pending = {t for t in (serving, working) if t is not None}
+        _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        # One half ended (a signal, a failure, a memory-pressure drain): stop the other.
+        server.should_exit = True
+        if runtime is not None and working in pending:
+            runtime.request_stop()
+        if pending:
+            await asyncio.wait(pending)
+        serving.result()  # re-raise a server failure
+        code = working.result() if working is not None else 0
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    click.echo(f"taskward {command}: stopped", err=True)
+    return code
+
+
+def _serve_options(fn: Any) -> Any:
+    fn = click.option(
+        "--max-body-bytes",
+        type=click.IntRange(min=1),
+        help="Request body limit (default 1 MiB, or TASKWARD_HTTP_MAX_BODY_BYTES).",
+    )(fn)
+    fn = click.option(
+        "--api-tokens-file",
+        type=click.Path(dir_okay=False),
+        help="File of API tokens, one 'name:token:scope+scope' a line (or "
+        "TASKWARD_API_TOKENS_FILE).",
+    )(fn)
+    fn = click.option(
+        "--port",
+        type=click.IntRange(0, 65535),
+        default=DEFAULT_PORT,
+        show_default=True,
+        help="Port (0 picks a free one).",
+    )(fn)
+    fn = click.option(
+        "--host",
+        default=DEFAULT_HOST,
+        show_default=True,
+        help="Address to listen on; a non-loopback one needs API tokens.",
+    )(fn)
+    return fn
+
+
+def _logging() -> None:
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@click.command("serve")
+@_serve_options
+@pass_state
+def serve(
+    state: CliState,
+    host: str,
+    port: int,
+    api_tokens_file: str | None,
+    max_body_bytes: int | None,
+) -> int:
+    """Serve the HTTP API and the dashboard (no worker: run `taskward worker` beside it)."""
+    http_config = _http_config(api_tokens_file, max_body_bytes)
+    http_config.check_listen_address(host)
+    adapter_config = AdapterConfig.from_env()
+    registry = registry_for(state, adapter_config)
+    allowlist = adapter_config.command_allowlist
+    _logging()
+    return asyncio.run(
+        run_service(
+            command="serve",
+            db_url=state.db_url,
+            host=host,
+            port=port,
+            registry=registry,
+            http_config=http_config,
+            worker_config=None,
+            example_allowed=allowlist is None or "echo" in allowlist,
+        )
+    )
+
+
+@click.command("up")
+@_serve_options
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1024),
+    default=4,
+    show_default=True,
+    help="Tasks the worker runs at once.",
+)
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    type=click.Choice(sorted(EXECUTION_TARGETS)),
+    help="An execution target the worker serves (repeatable; default host).",
+)
+@click.option(
+    "--capability",
+    "capabilities",
+    multiple=True,
+    metavar="X",
+    help="A capability the worker advertises (repeatable).",
+)
+@click.option(
+    "--allow-all/--fenced",
+    "allow_all",
+    default=None,
+    help="Let command and python run anything (the default on a loopback address), or only "
+    "what TASKWARD_COMMAND_ALLOWLIST / TASKWARD_PYTHON_MODULES allow (the default elsewhere).",
+)
+@pass_state
+def up(
+    state: CliState,
+    host: str,
+    port: int,
+    api_tokens_file: str | None,
+    max_body_bytes: int | None,
+    concurrency: int,
+    targets: tuple[str, ...],
+    capabilities: tuple[str, ...],
+    allow_all: bool | None,
+) -> int:
+    """Run everything in one process: API, dashboard and a worker (with its reaper, scheduler
+    and outbox deliverer), on the embedded SQLite default unless --db says otherwise."""
+    http_config = _http_config(api_tokens_file, max_body_bytes)
+    http_config.check_listen_address(host)
+    if allow_all is None:
+        allow_all = is_loopback(host)
+    adapter_config = (
+        AdapterConfig.from_env(command_allowlist=None, python_modules=None)
+        if allow_all
+        else AdapterConfig.from_env()
+    )
+    registry = registry_for(state, adapter_config)
+    unfenced = adapter_config.unfenced_kinds()
+    if unfenced:
+        click.secho(
+            f"WARNING: taskward up allows ALL: {' and '.join(unfenced)} tasks run any "
+            "executable or Python function a submitter names. This is the local default; use "
+            "--fenced (with TASKWARD_COMMAND_ALLOWLIST / TASKWARD_PYTHON_MODULES) anywhere else.",
+            err=True,
+            fg="yellow",
+            bold=True,
+        )
+    worker_config = WorkerConfig(
+        concurrency=concurrency,
+        execution_targets=targets or ("host",),
+        capabilities=capabilities,
+    )
+    allowlist = adapter_config.command_allowlist
+    _logging()
+    return asyncio.run(
+        run_service(
+            command="up",
+            db_url=state.db_url,
+            host=host,
+            port=port,
+            registry=registry,
+            http_config=http_config,
+            worker_config=worker_config,
+            example_allowed=allowlist is None or "echo" in allowlist,
+            unfenced=unfenced,
+        )
+    )

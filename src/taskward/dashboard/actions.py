@@ -1,0 +1,183 @@
+"""Dashboard form posts: cancel a task, fire/enable/disable a schedule, retry a notification,
+log in and out. Each state change needs a session, its CSRF token and the ``operate`` scope,
+and goes through the same library function as the API.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse, Response
+
+from taskward.cancellation import request_task_cancel
+from taskward.dashboard import views
+from taskward.dashboard.render import forbidden, html, read_form, safe_next, secure
+from taskward.dashboard.session import (
+    CSRF_FIELD,
+    CSRF_HEADER,
+    clear_session_cookie,
+    csrf_matches,
+    new_session,
+    session_principal,
+    set_session_cookie,
+)
+from taskward.errors import (
+    NotificationNotFound,
+    ScheduleNotFound,
+    StoreError,
+    TaskNotFound,
+    TaskValidationError,
+)
+from taskward.http.auth import Principal, find_token
+from taskward.http.state import services_of
+from taskward.outbox import retry_notification
+from taskward.schedules import disable_schedule, enable_schedule, fire_schedule, get_schedule
+from taskward.store import StateDB
+
+router = APIRouter(include_in_schema=False)
+
+
+Operation = Callable[[StateDB, Principal, Mapping[str, str]], Awaitable[str]]
+
+
+async def _operate(request: Request, operation: Operation) -> Response:
+    """A state-changing form post: session, CSRF token and the ``operate`` scope required;
+    ``operation`` returns where to go next (a 303 redirect)."""
+    services = services_of(request)
+    found = session_principal(services.config, request)
+    form = await read_form(request)
+    if found is None:
+        return forbidden(request, "no session: open the page (and log in) first")
+    session, principal = found
+    if not csrf_matches(session, form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)):
+        return forbidden(request, "the form's CSRF token is missing or stale: reload the page")
+    if not principal.allows("operate"):
+        return forbidden(request, f"token {principal.name!r} lacks the 'operate' scope")
+
+    def message(status_code: int, title: str, text: str) -> Response:
+        return html(
+            request,
+            "message.html",
+            session=session,
+            principal=principal,
+            status_code=status_code,
+            title=title,
+            message=text,
+        )
+
+    try:
+        db = await services.store.get()
+        target = await operation(db, principal, form)
+    except (TaskNotFound, ScheduleNotFound, NotificationNotFound) as exc:
+        return message(404, "Not found", str(exc))
+    except TaskValidationError as exc:
+        return message(422, "Not done", str(exc))
+    except StoreError:
+        response = message(503, "Store unavailable", "the store is unavailable; try again")
+        response.headers["Retry-After"] = str(services.config.retry_after_s)
+        return response
+    return secure(RedirectResponse(target, status_code=303))
+
+
+def _ref(value: str) -> str:
+    if "\x00" in value or len(value) > 255:
+        raise TaskNotFound(value[:255])
+    return value
+
+
+@router.post("/tasks/{task_id}/cancel")
+async def cancel_from_page(request: Request, task_id: str) -> Response:
+    """Cancel from the task's page. The form's idempotency key is drawn when the page is
+    rendered, so a double submit cancels once; the actor is the session's token name."""
+
+    async def cancel(db: StateDB, principal: Principal, form: Mapping[str, str]) -> str:
+        key = (form.get("idempotency_key") or "").strip() or f"ui:{uuid.uuid4()}"
+        reason = (form.get("reason") or "").strip()[:1000] or "cancelled from the dashboard"
+        result = await request_task_cancel(
+            db, _ref(task_id), actor=principal.actor(), idempotency_key=key, reason=reason
+        )
+        return views.task_href(task_id) + f"?cancel={quote(result.state)}"
+
+    return await _operate(request, cancel)
+
+
+@router.post("/schedules/{schedule_id}/{action}")
+async def schedule_action(request: Request, schedule_id: str, action: str) -> Response:
+    """Fire now (a fresh ``manual:`` key, R13), enable or disable a schedule."""
+    services = services_of(request)
+    if action not in {"fire", "enable", "disable"}:
+        return forbidden(request, f"unknown schedule action {action!r}")
+
+    async def run(db: StateDB, _principal: Principal, form: Mapping[str, str]) -> str:
+        row = await get_schedule(db, _ref(schedule_id))
+        if action == "fire":
+            task_id = await fire_schedule(db, row["id"], registry=services.registry)
+            return views.task_href(task_id)
+        await (enable_schedule if action == "enable" else disable_schedule)(db, row["id"])
+        return "/schedules"
+
+    return await _operate(request, run)
+
+
+@router.post("/outbox/{notification_id}/retry")
+async def outbox_retry(request: Request, notification_id: str) -> Response:
+    """Operator retry of a dead_letter or expired notification (R12)."""
+
+    async def run(db: StateDB, _principal: Principal, form: Mapping[str, str]) -> str:
+        await retry_notification(db, _ref(notification_id))
+        return "/outbox"
+
+    return await _operate(request, run)
+
+
+@router.get("/login")
+async def login_page(request: Request) -> Response:
+    services = services_of(request)
+    if not services.config.auth_required:
+        return secure(RedirectResponse("/", status_code=303))
+    return html(
+        request,
+        "login.html",
+        session=None,
+        principal=None,
+        next=safe_next(request.query_params.get("next")),
+        error=None,
+    )
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    services = services_of(request)
+    form = await read_form(request)
+    target = safe_next(form.get("next"))
+    if not services.config.auth_required:
+        return secure(RedirectResponse(target, status_code=303))
+    token = find_token(services.config, (form.get("token") or "").strip())
+    if token is None:
+        return html(
+            request,
+            "login.html",
+            session=None,
+            principal=None,
+            status_code=401,
+            next=target,
+            error="that token is not valid",
+        )
+    response = secure(RedirectResponse(target, status_code=303))
+    set_session_cookie(services.config, response, new_session(services.config, token.name))
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    services = services_of(request)
+    found = session_principal(services.config, request)
+    form = await read_form(request)
+    if found is not None and not csrf_matches(found[0], form.get(CSRF_FIELD)):
+        return forbidden(request, "the form's CSRF token is missing or stale: reload the page")
+    response = secure(RedirectResponse("/login" if services.config.auth_required else "/", 303))
+    clear_session_cookie(services.config, response)
+    return response

@@ -1,0 +1,331 @@
+"""Dashboard pages and their JSON twins under ``/ui/data`` (polled by the page's script, so a
+page updates without a reload). Reads only: every value comes from the library's read functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+
+from taskward.dashboard import views
+from taskward.dashboard.render import html, secure
+from taskward.dashboard.session import Session, new_session, session_principal
+from taskward.errors import StoreError, TaskNotFound, TaskValidationError
+from taskward.http.auth import ANONYMOUS, Principal, anonymous
+from taskward.http.problems import problem_response
+from taskward.http.state import Services, services_of
+from taskward.lifecycle import Status
+from taskward.outbox import count_notifications, list_notifications
+from taskward.placement import placement_reason
+from taskward.reads import (
+    count_by_status_and_target,
+    get_task,
+    list_task_events,
+    list_tasks,
+    list_transitions,
+    list_workers,
+)
+from taskward.registry import DEFAULT_ALIASES
+from taskward.schedules import list_schedules
+from taskward.store import StateDB
+
+log = logging.getLogger("taskward.dashboard")
+
+PAGE_SIZE: Final = 50
+
+router = APIRouter(include_in_schema=False)
+
+# A data handler: (db, services, request) -> regions of the page.
+DataFn = Callable[[StateDB, Services, Request], Awaitable[dict[str, Any]]]
+
+
+class _LoginRequired(Exception):
+    pass
+
+
+def _access(request: Request) -> tuple[Session, Principal, Session | None]:
+    """(session, principal, session to set as a cookie, if it is new); raises _LoginRequired."""
+    services = services_of(request)
+    found = session_principal(services.config, request)
+    if found is not None:
+        return found[0], found[1], None
+    if services.config.auth_required:
+        raise _LoginRequired
+    session = new_session(services.config, ANONYMOUS)
+    return session, anonymous(), session
+
+
+def _login_redirect(request: Request) -> Response:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return secure(RedirectResponse("/login?next=" + quote(target, safe=""), status_code=303))
+
+
+async def _page(
+    request: Request, template: str, data: DataFn, data_url: str, **context: Any
+) -> Response:
+    try:
+        session, principal, new_cookie = _access(request)
+    except _LoginRequired:
+        return _login_redirect(request)
+    if not principal.allows("read"):
+        return html(
+            request,
+            "message.html",
+            session=session,
+            principal=principal,
+            status_code=403,
+            title="Forbidden",
+            message=f"token {principal.name!r} lacks the 'read' scope",
+        )
+    services = services_of(request)
+    try:
+        db = await services.store.get()
+        regions = await data(db, services, request)
+    except TaskNotFound as exc:
+        return html(
+            request,
+            "message.html",
+            session=session,
+            principal=principal,
+            new_cookie=new_cookie,
+            status_code=404,
+            title="Not found",
+            message=str(exc),
+        )
+    except TaskValidationError as exc:
+        return html(
+            request,
+            "message.html",
+            session=session,
+            principal=principal,
+            new_cookie=new_cookie,
+            status_code=422,
+            title="Invalid input",
+            message=str(exc),
+        )
+    except StoreError as exc:
+        log.warning("dashboard: store failure: %r", exc)
+        response = html(
+            request,
+            "message.html",
+            session=session,
+            principal=principal,
+            new_cookie=new_cookie,
+            status_code=503,
+            title="Store unavailable",
+            message="the store is unavailable; this page retries on reload",
+        )
+        response.headers["Retry-After"] = str(services.config.retry_after_s)
+        return response
+    return html(
+        request,
+        template,
+        session=session,
+        principal=principal,
+        new_cookie=new_cookie,
+        regions=regions,
+        data_url=data_url,
+        **context,
+    )
+
+
+async def _data(request: Request, data: DataFn) -> Response:
+    services = services_of(request)
+    found = session_principal(services.config, request)
+    if found is None and services.config.auth_required:
+        return secure(
+            problem_response(
+                401, "unauthorized", "Unauthorized", "log in again", instance=request.url.path
+            )
+        )
+    if found is not None and not found[1].allows("read"):
+        return secure(
+            problem_response(
+                403,
+                "forbidden",
+                "Forbidden",
+                "the 'read' scope is needed",
+                instance=request.url.path,
+            )
+        )
+    db = await services.store.get()
+    regions = await data(db, services, request)
+    return secure(JSONResponse({"regions": regions}))
+
+
+# -- data of each page ----------------------------------------------------------------------
+
+
+async def _workers(db: StateDB, services: Services, limit: int = 200) -> list[dict[str, Any]]:
+    return await list_workers(db, heartbeat_ttl=services.config.heartbeat_ttl_s, limit=limit)
+
+
+async def overview_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
+    pairs = await count_by_status_and_target(db)
+    recent, _ = await list_tasks(db, limit=15)
+    return views.overview_regions(pairs, recent, await _workers(db, services, 50))
+
+
+def _filters(request: Request) -> dict[str, str | None]:
+    q = request.query_params
+    filters = {name: (q.get(name) or "").strip() or None for name in ("status", "kind", "target")}
+    for name, value in filters.items():
+        if value is not None and (len(value) > 255 or "\x00" in value):
+            raise TaskValidationError(name, value[:40], "a short value without NUL characters")
+    if filters["target"] is not None and filters["target"] not in views.TARGETS:
+        raise TaskValidationError("target", filters["target"], views.TARGETS)
+    return filters
+
+
+async def tasks_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
+    filters = _filters(request)
+    kind = filters["kind"]
+    cursor = request.query_params.get("cursor") or None
+    rows, next_cursor = await list_tasks(
+        db,
+        status=filters["status"],
+        action_kind=DEFAULT_ALIASES.get(kind, kind) if kind else None,
+        execution_target=filters["target"],
+        limit=PAGE_SIZE,
+        cursor=cursor,
+    )
+    return views.tasks_regions(rows, next_cursor, filters)
+
+
+def _task_id(request: Request) -> str:
+    task_id = str(request.path_params["task_id"])
+    if "\x00" in task_id or len(task_id) > 255:
+        raise TaskNotFound(task_id[:255])
+    return task_id
+
+
+async def task_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
+    task_id = _task_id(request)
+    row = await get_task(db, task_id)
+    placement = await placement_reason(db, task_id) if row["status"] == "queued" else None
+    facts = await list_transitions(db, task_id)
+    events = await list_task_events(db, task_id)
+    return views.task_regions(row, placement, facts, events)
+
+
+async def workers_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
+    return views.workers_regions(await _workers(db, services))
+
+
+# -- pages ----------------------------------------------------------------------------------
+
+
+@router.get("/")
+async def overview_page(request: Request) -> Response:
+    return await _page(request, "overview.html", overview_data, "/ui/data/overview")
+
+
+@router.get("/ui/data/overview")
+async def overview_json(request: Request) -> Response:
+    return await _data(request, overview_data)
+
+
+def _query_suffix(request: Request) -> str:
+    return f"?{request.url.query}" if request.url.query else ""
+
+
+@router.get("/tasks")
+async def tasks_page(request: Request) -> Response:
+    q = request.query_params
+    return await _page(
+        request,
+        "tasks.html",
+        tasks_data,
+        "/ui/data/tasks" + _query_suffix(request),
+        statuses=[s.value for s in Status],
+        targets=views.TARGETS,
+        selected={name: q.get(name) or "" for name in ("status", "kind", "target")},
+    )
+
+
+@router.get("/ui/data/tasks")
+async def tasks_json(request: Request) -> Response:
+    return await _data(request, tasks_data)
+
+
+@router.get("/tasks/{task_id}")
+async def task_page(request: Request, task_id: str) -> Response:
+    return await _page(
+        request,
+        "task.html",
+        task_data,
+        "/ui/data/tasks/" + quote(task_id, safe=""),
+        task_id=task_id,
+        cancel_key=f"ui:{uuid.uuid4()}",
+    )
+
+
+@router.get("/ui/data/tasks/{task_id}")
+async def task_json(request: Request, task_id: str) -> Response:
+    return await _data(request, task_data)
+
+
+@router.get("/workers")
+async def workers_page(request: Request) -> Response:
+    return await _page(request, "workers.html", workers_data, "/ui/data/workers")
+
+
+@router.get("/ui/data/workers")
+async def workers_json(request: Request) -> Response:
+    return await _data(request, workers_data)
+
+
+def _can_operate(request: Request) -> bool:
+    found = session_principal(services_of(request).config, request)
+    if found is not None:
+        return found[1].allows("operate")
+    return not services_of(request).config.auth_required
+
+
+async def schedules_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
+    rows = await list_schedules(db, include_removed=True, limit=500)
+    return views.schedules_regions(rows, can_operate=_can_operate(request))
+
+
+async def outbox_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
+    status = request.query_params.get("status") or None
+    cursor = request.query_params.get("cursor") or None
+    for name, value in (("status", status), ("cursor", cursor)):
+        if value is not None and ("\x00" in value or len(value) > 1000):
+            raise TaskValidationError(name, value[:40], "a short value without NUL characters")
+    rows, next_cursor = await list_notifications(db, status=status, limit=PAGE_SIZE, cursor=cursor)
+    return views.outbox_regions(
+        rows,
+        await count_notifications(db),
+        next_cursor,
+        status,
+        can_operate=_can_operate(request),
+    )
+
+
+@router.get("/schedules")
+async def schedules_page(request: Request) -> Response:
+    return await _page(request, "schedules.html", schedules_data, "/ui/data/schedules")
+
+
+@router.get("/ui/data/schedules")
+async def schedules_json(request: Request) -> Response:
+    return await _data(request, schedules_data)
+
+
+@router.get("/outbox")
+async def outbox_page(request: Request) -> Response:
+    return await _page(
+        request, "outbox.html", outbox_data, "/ui/data/outbox" + _query_suffix(request)
+    )
+
+
+@router.get("/ui/data/outbox")
+async def outbox_json(request: Request) -> Response:
+    return await _data(request, outbox_data)

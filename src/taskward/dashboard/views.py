@@ -1,0 +1,424 @@
+"""View models of the dashboard: rows from the library -> regions of a page.
+
+A region is plain JSON (a table, a field list, a timeline, a link or a toggle). The server
+renders it into the first HTML (``templates/regions.html``) and the page's script re-renders it
+from ``/ui/data/...`` while the page is open (``static/dashboard.js``), so both draw the same
+thing from one description. Values are text here; escaping happens where they are drawn
+(Jinja autoescape on the server, ``textContent`` in the browser), never by building HTML.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from taskward.lifecycle import TERMINAL, Status
+from taskward.models import EXECUTION_TARGETS
+
+Region = dict[str, Any]
+Cell = dict[str, Any]
+
+TARGETS = sorted(EXECUTION_TARGETS)
+STATUSES = [s.value for s in Status]
+
+
+def fmt_time(value: Any) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return "-" if value is None else str(value)
+
+
+def fmt_age(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def cell(text: Any, *, href: str | None = None, cls: str | None = None) -> Cell:
+    out: Cell = {"text": "-" if text is None or text == "" else str(text)}
+    if href:
+        out["href"] = href
+    if cls:
+        out["cls"] = cls
+    return out
+
+
+def status_cell(status: str) -> Cell:
+    return cell(status, cls=f"status status-{status}")
+
+
+def task_href(task_id: str) -> str:
+    return "/tasks/" + quote(task_id, safe="")
+
+
+def tasks_href(**filters: str | None) -> str:
+    query = urlencode({k: v for k, v in filters.items() if v})
+    return "/tasks" + (f"?{query}" if query else "")
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence[Cell]], *, empty: str) -> Region:
+    return {
+        "kind": "table",
+        "columns": list(columns),
+        "rows": [list(r) for r in rows],
+        "empty": empty,
+    }
+
+
+def task_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[Cell]]:
+    return [
+        [
+            cell(row["id"], href=task_href(row["id"]), cls="mono"),
+            status_cell(row["status"]),
+            cell(row["action_kind"]),
+            cell(row.get("execution_target")),
+            cell(row.get("lease_attempts")),
+            cell(fmt_time(row.get("created_at"))),
+            cell(row.get("status_reason_code")),
+        ]
+        for row in rows
+    ]
+
+
+TASK_COLUMNS = ("id", "status", "kind", "target", "attempts", "created", "reason")
+
+
+def counts_region(pairs: Iterable[Mapping[str, Any]]) -> Region:
+    """Status x execution target, with totals; every number links to the filtered list."""
+    grid: dict[tuple[str, str], int] = {}
+    for row in pairs:
+        key = (row["status"], row["execution_target"] or "")
+        grid[key] = grid.get(key, 0) + int(row["n"])
+    targets = TARGETS + sorted({t for _, t in grid if t not in TARGETS})
+    rows = []
+    for status in STATUSES:
+        line = [status_cell(status)]
+        for target in targets:
+            n = grid.get((status, target), 0)
+            line.append(cell(n, href=tasks_href(status=status, target=target) if n else None))
+        total = sum(grid.get((status, t), 0) for t in targets)
+        line.append(cell(total, href=tasks_href(status=status) if total else None, cls="total"))
+        rows.append(line)
+    totals = [cell("all", cls="total")]
+    for target in targets:
+        n = sum(grid.get((s, target), 0) for s in STATUSES)
+        totals.append(cell(n, href=tasks_href(target=target) if n else None, cls="total"))
+    totals.append(cell(sum(grid.values()), href=tasks_href(), cls="total"))
+    rows.append(totals)
+    return table(["status", *(t or "(none)" for t in targets), "total"], rows, empty="no tasks")
+
+
+def worker_rows(workers: Iterable[Mapping[str, Any]]) -> list[list[Cell]]:
+    return [
+        [
+            cell(w["worker_id"], cls="mono"),
+            cell("live" if w["is_live"] else "stale", cls="live" if w["is_live"] else "stale"),
+            cell(fmt_age(float(w["heartbeat_age_s"]))),
+            cell(
+                w.get("leased_run_id"),
+                href=task_href(w["leased_run_id"]) if w.get("leased_run_id") else None,
+                cls="mono",
+            ),
+            cell(", ".join(w.get("execution_targets") or [])),
+            cell(", ".join(w.get("advertised_capabilities") or [])),
+            cell(w.get("concurrency")),
+            cell(w.get("hostname")),
+        ]
+        for w in workers
+    ]
+
+
+WORKER_COLUMNS = (
+    "worker",
+    "state",
+    "heartbeat age",
+    "leased task",
+    "targets",
+    "capabilities",
+    "concurrency",
+    "host",
+)
+
+
+def overview_regions(
+    pairs: Iterable[Mapping[str, Any]],
+    recent: Iterable[Mapping[str, Any]],
+    workers: Sequence[Mapping[str, Any]],
+) -> dict[str, Region]:
+    live = sum(1 for w in workers if w["is_live"])
+    return {
+        "counts": counts_region(pairs),
+        "recent": table(TASK_COLUMNS, task_rows(recent), empty="no tasks yet"),
+        "workers": table(WORKER_COLUMNS, worker_rows(workers), empty="no worker has registered"),
+        "workers-summary": {"kind": "text", "text": f"{live} live of {len(workers)}"},
+    }
+
+
+def tasks_regions(
+    rows: Iterable[Mapping[str, Any]], next_cursor: str | None, filters: Mapping[str, str | None]
+) -> dict[str, Region]:
+    link: Region = {"kind": "link", "text": "", "href": None}
+    if next_cursor:
+        link = {
+            "kind": "link",
+            "text": "next page",
+            "href": tasks_href(**filters, cursor=next_cursor),
+        }
+    return {
+        "tasks": table(TASK_COLUMNS, task_rows(rows), empty="no tasks match"),
+        "next": link,
+    }
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def task_regions(
+    row: Mapping[str, Any],
+    placement: Mapping[str, Any] | None,
+    facts: Iterable[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]],
+) -> dict[str, Region]:
+    status = row["status"]
+    items = [
+        {"key": "status", "label": "status", "text": status, "cls": f"status status-{status}"},
+        {"key": "reason", "label": "reason", "text": _reason_text(row)},
+        {"key": "kind", "label": "kind", "text": row["action_kind"]},
+        {"key": "target", "label": "target", "text": row.get("execution_target") or "-"},
+        {
+            "key": "capabilities",
+            "label": "capabilities",
+            "text": ", ".join(row.get("required_capabilities") or []) or "-",
+        },
+        {"key": "attempts", "label": "attempts", "text": str(row.get("lease_attempts", 0))},
+        {"key": "leased_by", "label": "leased by", "text": row.get("leased_by") or "-"},
+        {"key": "created", "label": "created", "text": fmt_time(row.get("created_at"))},
+        {"key": "ended", "label": "ended", "text": fmt_time(row.get("ended_at"))},
+        {"key": "exit_code", "label": "exit code", "text": _text(row.get("exit_code"))},
+        {"key": "error", "label": "error", "text": row.get("error_detail") or "-"},
+        {"key": "key", "label": "idempotency key", "text": row.get("idempotency_key") or "-"},
+        {"key": "source", "label": "admitted by", "text": row.get("admission_source") or "-"},
+    ]
+    if row.get("cancel_requested_at") is not None:
+        items.append(
+            {
+                "key": "cancel_requested",
+                "label": "cancel requested",
+                "text": f"{fmt_time(row['cancel_requested_at'])} by "
+                f"{row.get('cancel_requested_by') or '-'}",
+            }
+        )
+    if placement is not None:
+        items.append({"key": "placement", "label": "placement", "text": placement["reason"]})
+    return {
+        "fields": {"kind": "fields", "items": items},
+        "args": {"kind": "pre", "text": _pretty(row.get("action_args"))},
+        "evidence": {"kind": "pre", "text": _pretty(row.get("status_evidence_refs") or [])},
+        "timeline": timeline_region(row, facts, events),
+        "cancel": {
+            "kind": "toggle",
+            "visible": status not in TERMINAL and row.get("cancel_requested_at") is None,
+        },
+    }
+
+
+def _text(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _reason_text(row: Mapping[str, Any]) -> str:
+    code = row.get("status_reason_code")
+    summary = row.get("status_reason_summary")
+    if code and summary:
+        return f"{code}: {summary}"
+    return code or summary or "-"
+
+
+def timeline_region(
+    row: Mapping[str, Any],
+    facts: Iterable[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]],
+) -> Region:
+    """The task's life from its transition facts (plus cancellation requests), oldest first."""
+    items: list[dict[str, Any]] = [
+        {
+            "at": float(row["created_at"]),
+            "time": fmt_time(row["created_at"]),
+            "title": "admitted as queued",
+            "detail": f"by {row.get('admission_source') or '-'}",
+            "actor": "",
+            "cls": "status-queued",
+        }
+    ]
+    for fact in facts:
+        previous = fact.get("previous_status") or "-"
+        summary = fact.get("reason_summary") or ""
+        items.append(
+            {
+                "at": float(fact["created_at"]),
+                "time": fmt_time(fact["created_at"]),
+                "title": f"{previous} \u2192 {fact['status']}",
+                "detail": f"{fact['reason_code']}" + (f": {summary}" if summary else ""),
+                "actor": fact.get("actor") or "",
+                "lease": fact.get("lease_id") or "",
+                "cls": f"status-{fact['status']}",
+            }
+        )
+    for event in events:
+        if event.get("kind") == "transition":
+            continue  # the fact above is this change
+        payload = event.get("payload") or {}
+        title = {
+            "cancel_requested": "cancellation requested",
+            "stale_result": "result of a stale owner kept as evidence",
+        }.get(str(event.get("kind")), str(event.get("kind")))
+        items.append(
+            {
+                "at": float(event["created_at"]),
+                "time": fmt_time(event["created_at"]),
+                "title": title,
+                "detail": str(payload.get("reason") or payload.get("detail") or ""),
+                "actor": str(payload.get("actor") or ""),
+                "cls": "event",
+            }
+        )
+    items.sort(key=lambda i: i["at"])
+    for item in items:
+        del item["at"]
+    return {"kind": "timeline", "items": items}
+
+
+def workers_regions(workers: Sequence[Mapping[str, Any]]) -> dict[str, Region]:
+    return {
+        "workers": table(WORKER_COLUMNS, worker_rows(workers), empty="no worker has registered")
+    }
+
+
+def action_cell(actions: Iterable[tuple[str, str]]) -> Cell:
+    """Buttons that POST (with the page's CSRF token) to each ``(label, href)``."""
+    return {"text": "", "actions": [{"label": label, "href": href} for label, href in actions]}
+
+
+def _cadence(row: Mapping[str, Any]) -> str:
+    if row.get("cron_expression"):
+        return f"cron {row['cron_expression']} ({row.get('timezone') or 'UTC'})"
+    return f"every {row.get('interval_s')} s"
+
+
+def _schedule_state(row: Mapping[str, Any]) -> str:
+    if row.get("removed_at") is not None:
+        return "removed"
+    return "enabled" if row.get("enabled") else "disabled"
+
+
+SCHEDULE_COLUMNS = (
+    "name",
+    "cadence",
+    "state",
+    "next fire",
+    "last fire",
+    "fires",
+    "skips (overlap/misfire)",
+    "task",
+    "last error",
+    "",
+)
+
+
+def schedules_regions(rows: Iterable[Mapping[str, Any]], *, can_operate: bool) -> dict[str, Region]:
+    lines = []
+    for row in rows:
+        ref = quote(str(row["id"]), safe="")
+        state = _schedule_state(row)
+        actions: list[tuple[str, str]] = []
+        if can_operate and state != "removed":
+            actions.append(("fire now", f"/schedules/{ref}/fire"))
+            toggle = "disable" if state == "enabled" else "enable"
+            actions.append((toggle, f"/schedules/{ref}/{toggle}"))
+        lines.append(
+            [
+                cell(row["name"]),
+                cell(_cadence(row)),
+                cell(state, cls=f"schedule-{state}"),
+                cell(fmt_time(row.get("next_fire_at"))),
+                cell(fmt_time(row.get("last_fire_at"))),
+                cell(row.get("fire_count", 0)),
+                cell(f"{row.get('overlap_skips', 0)}/{row.get('misfire_skips', 0)}"),
+                cell(
+                    row.get("last_run_id"),
+                    href=task_href(row["last_run_id"]) if row.get("last_run_id") else None,
+                    cls="mono",
+                ),
+                cell(row.get("last_error")),
+                action_cell(actions),
+            ]
+        )
+    return {"schedules": table(SCHEDULE_COLUMNS, lines, empty="no schedules")}
+
+
+OUTBOX_COLUMNS = (
+    "notification",
+    "kind",
+    "status",
+    "attempts",
+    "task",
+    "next attempt",
+    "last error",
+    "created",
+    "",
+)
+
+
+def outbox_regions(
+    rows: Iterable[Mapping[str, Any]],
+    counts: Mapping[str, int],
+    next_cursor: str | None,
+    status: str | None,
+    *,
+    can_operate: bool,
+) -> dict[str, Region]:
+    count_rows = [
+        [
+            cell(name, href=f"/outbox?status={name}" if n else None, cls=f"outbox-{name}"),
+            cell(n),
+        ]
+        for name, n in counts.items()
+    ]
+    lines = []
+    for row in rows:
+        retryable = row["status"] in {"dead_letter", "expired"}
+        ref = quote(str(row["id"]), safe="")
+        lines.append(
+            [
+                cell(row["id"], cls="mono"),
+                cell(row.get("kind")),
+                cell(row["status"], cls=f"outbox-{row['status']}"),
+                cell(f"{row.get('attempts', 0)}/{row.get('max_attempts', '-')}"),
+                cell(
+                    row.get("schedule_run_id"),
+                    href=task_href(row["schedule_run_id"]) if row.get("schedule_run_id") else None,
+                    cls="mono",
+                ),
+                cell(fmt_time(row.get("next_attempt_at")) if row["status"] == "pending" else "-"),
+                cell(row.get("last_error")),
+                cell(fmt_time(row.get("created_at"))),
+                action_cell(
+                    [("retry", f"/outbox/{ref}/retry")] if retryable and can_operate else []
+                ),
+            ]
+        )
+    link: Region = {"kind": "link", "text": "", "href": None}
+    if next_cursor:
+        query = urlencode({k: v for k, v in (("status", status), ("cursor", next_cursor)) if v})
+        link = {"kind": "link", "text": "next page", "href": f"/outbox?{query}"}
+    return {
+        "outbox-counts": table(("status", "notifications"), count_rows, empty="-"),
+        "outbox": table(OUTBOX_COLUMNS, lines, empty="no notifications"),
+        "next": link,
+    }

@@ -1,0 +1,162 @@
+"""Request and response bodies of the HTTP API (pydantic models; they shape /openapi.json).
+
+Request models only carry values: the library validates them (``submit_task`` names the field
+and the allowed values), so a model error and a library error both come back as 422 problems.
+Response models allow extra fields: a task is its schedule_runs row, whatever its columns.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from taskward.lifecycle import Status
+from taskward.models import EXECUTION_TARGETS
+
+TARGET_ENUM = sorted(EXECUTION_TARGETS)
+STATUS_ENUM = [s.value for s in Status]
+
+
+class TaskSubmission(BaseModel):
+    """A TaskApplication (ADR-0072 D1) as JSON; the key may come in the Idempotency-Key header."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "action_kind": "command",
+                    "args": {"argv": ["echo", "hello"]},
+                    "execution_target": "host",
+                    "idempotency_key": "hello:1",
+                }
+            ]
+        },
+    )
+
+    action_kind: str = Field(
+        description="A registered adapter kind (command, python, agent, ...); unknown kinds get "
+        "a 422 listing the registered ones."
+    )
+    args: dict[str, Any] = Field(default_factory=dict, description="JSON object of arguments.")
+    execution_target: str = Field(
+        default="host",
+        description="Where the task runs.",
+        json_schema_extra={"enum": list[JsonValue](TARGET_ENUM)},
+    )
+    idempotency_key: str | None = Field(
+        default=None,
+        description="Same key and same application: the original task (200). Generated "
+        "(`http:<uuid4>`) when neither this nor the Idempotency-Key header is given; only a key "
+        "you chose makes a retry safe.",
+    )
+    required_capabilities: list[str] = Field(default_factory=list)
+    library_ref: str | None = None
+    library_content_hash: str | None = None
+
+
+class SubmitResult(BaseModel):
+    task_id: str
+    idempotency_key: str
+    key_generated: bool = Field(description="True when the service generated the key.")
+    created: bool = Field(description="True: a new task (201); false: the key's existing task.")
+
+
+class CancelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    idempotency_key: str | None = Field(
+        default=None, description="Generated when absent (and not in the header)."
+    )
+    reason: str = Field(default="", max_length=1000, description="Recorded on the transition.")
+
+
+class CancelResponse(BaseModel):
+    task_id: str
+    state: Literal["cancelled", "cancellation_requested", "already_terminal"]
+    current_status: str
+    idempotency_key: str
+    key_generated: bool
+
+
+class Placement(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    claimable: bool
+    reason: str
+
+
+class TaskRow(BaseModel):
+    """One schedule_runs row (times are epoch seconds); every column is returned."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    status: str
+    action_kind: str
+    action_args: dict[str, Any]
+    execution_target: str | None = None
+    idempotency_key: str | None = None
+    admission_source: str | None = None
+    created_at: float
+
+
+class TaskOut(TaskRow):
+    """A task's row plus, while it is queued, why it is not running yet (``placement``)."""
+
+    placement: Placement | None = None
+
+
+class TaskPage(BaseModel):
+    tasks: list[TaskRow]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page.")
+
+
+class Transition(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    previous_status: str | None = None
+    status: str
+    reason_code: str
+    reason_summary: str | None = None
+    actor: str | None = None
+    created_at: float
+
+
+class TransitionList(BaseModel):
+    task_id: str
+    transitions: list[Transition]
+
+
+class WorkerOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    worker_id: str
+    last_heartbeat_at: float
+    heartbeat_age_s: float
+    is_live: bool
+    leased_run_id: str | None = None
+
+
+class WorkerList(BaseModel):
+    workers: list[WorkerOut]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    store: str
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document; 422s add ``field`` and ``allowed``, 409s
+    ``existing_task_id``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None

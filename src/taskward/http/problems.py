@@ -1,0 +1,244 @@
+"""Errors as ``application/problem+json`` (RFC 9457): the HTTP binding's one error table.
+
+Bad input is a 4xx naming the field and what is allowed, never a 500 (DESIGN.md "Guarantees").
+The table maps the library's typed errors to status codes; first match wins, so subclasses come
+before their bases (STYLE.md section 4).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from taskward.errors import (
+    AdapterNotRegistered,
+    NotificationNotFound,
+    NotificationNotRetryable,
+    ScheduleNotFound,
+    StoreError,
+    StoreUnavailable,
+    TaskIdempotencyConflict,
+    TaskNotFound,
+    TaskValidationError,
+    TaskwardError,
+    TransitionIdempotencyConflict,
+)
+
+log = logging.getLogger("taskward.http")
+
+PROBLEM_JSON: Final = "application/problem+json"
+_TYPE_PREFIX: Final = "urn:taskward:problem:"
+_MAX_VALUE_CHARS: Final = 200
+
+# (error class, status, problem type slug, title)
+ERROR_TABLE: Final[tuple[tuple[type[Exception], int, str, str], ...]] = (
+    (NotificationNotRetryable, 409, "not-retryable", "Notification not retryable"),
+    (AdapterNotRegistered, 422, "invalid-input", "Invalid input"),
+    (TaskValidationError, 422, "invalid-input", "Invalid input"),
+    (TaskIdempotencyConflict, 409, "idempotency-conflict", "Idempotency key conflict"),
+    (TransitionIdempotencyConflict, 409, "idempotency-conflict", "Idempotency key conflict"),
+    (TaskNotFound, 404, "not-found", "Not found"),
+    (ScheduleNotFound, 404, "not-found", "Not found"),
+    (NotificationNotFound, 404, "not-found", "Not found"),
+    (StoreUnavailable, 503, "store-unavailable", "Store unavailable"),
+    # Any other store failure: the service cannot answer now; the cause is logged.
+    (StoreError, 503, "store-unavailable", "Store unavailable"),
+)
+
+
+class ApiProblem(Exception):
+    """Raise to answer with a problem document (auth failures, bad headers, 413 ...)."""
+
+    def __init__(
+        self,
+        status: int,
+        slug: str,
+        title: str,
+        detail: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        **extensions: Any,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.slug = slug
+        self.title = title
+        self.detail = detail
+        self.headers = dict(headers or {})
+        self.extensions = extensions
+
+
+def problem_response(
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    *,
+    instance: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    **extensions: Any,
+) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": _TYPE_PREFIX + slug,
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+    if instance:
+        body["instance"] = instance
+    body.update({k: v for k, v in extensions.items() if v is not None})
+    return JSONResponse(
+        body, status_code=status, headers=dict(headers or {}), media_type=PROBLEM_JSON
+    )
+
+
+def _shown_value(value: Any) -> Any:
+    """The rejected value, if it is small and plain; else a truncated repr."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= _MAX_VALUE_CHARS else text[:_MAX_VALUE_CHARS] + "..."
+
+
+def problem_for_error(exc: TaskwardError, *, instance: str, retry_after_s: int) -> JSONResponse:
+    """The problem document of a library error (looked up in ERROR_TABLE)."""
+    # A TaskwardError outside the table: an operation the service could not complete.
+    status, slug, title = 500, "internal", "Internal error"
+    for kind, kind_status, kind_slug, kind_title in ERROR_TABLE:
+        if isinstance(exc, kind):
+            status, slug, title = kind_status, kind_slug, kind_title
+            break
+    extensions: dict[str, Any] = {}
+    headers: dict[str, str] = {}
+    if isinstance(exc, TaskValidationError):
+        extensions.update(field=exc.field, value=_shown_value(exc.value), allowed=exc.allowed)
+    if isinstance(exc, AdapterNotRegistered):
+        extensions.update(registered=exc.registered, aliases=exc.aliases)
+    if isinstance(exc, TaskIdempotencyConflict):
+        extensions.update(idempotency_key=exc.key, existing_task_id=exc.existing_task_id)
+    if isinstance(exc, TaskNotFound):
+        extensions.update(task_id=exc.task_id)
+    if isinstance(exc, ScheduleNotFound):
+        extensions.update(schedule_ref=exc.schedule_ref)
+    if isinstance(exc, NotificationNotFound | NotificationNotRetryable):
+        extensions.update(notification_id=exc.notification_id)
+    detail = " ".join(str(exc).split())
+    if isinstance(exc, StoreError):
+        log.warning("store failure answering %s: %r", instance, exc, exc_info=exc)
+        headers["Retry-After"] = str(retry_after_s)
+        if not isinstance(exc, StoreUnavailable):
+            detail = "the store failed; try again later"
+    return problem_response(
+        status, slug, title, detail, instance=instance, headers=headers, **extensions
+    )
+
+
+def _field_of(loc: Sequence[Any]) -> str:
+    # ("body", "args") -> "args"; ("query", "limit") -> "limit"; ("header", "x") -> "x"
+    parts = [str(p) for p in loc]
+    if len(parts) > 1 and parts[0] in {"body", "query", "path", "header", "cookie"}:
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+def _allowed_of(error: Mapping[str, Any]) -> str:
+    ctx = error.get("ctx") or {}
+    if "expected" in ctx:
+        return str(ctx["expected"])
+    msg = str(error.get("msg", ""))
+    return msg[0].lower() + msg[1:] if msg else "a valid value"
+
+
+def validation_problem(exc: RequestValidationError, *, instance: str) -> JSONResponse:
+    """A pydantic request-model error as a 422 problem naming the field and what is allowed.
+
+    The rejected input is not echoed (it can be large or sensitive).
+    """
+    errors = []
+    for e in exc.errors():
+        kind = str(e.get("type", "invalid"))
+        # A body that is not JSON at all: its loc is a character position, not a field.
+        is_json_error = kind == "json_invalid"
+        errors.append(
+            {
+                "field": "body" if is_json_error else _field_of(e.get("loc", ())),
+                "location": str((e.get("loc") or ("body",))[0]),
+                "type": kind,
+                "message": str(e.get("msg", "invalid")),
+                "allowed": "a JSON object" if is_json_error else _allowed_of(e),
+            }
+        )
+    first = errors[0] if errors else {"field": "body", "message": "invalid", "allowed": "?"}
+    detail = f"{first['field']}: {first['message']}"
+    if len(errors) > 1:
+        detail += f" (and {len(errors) - 1} more)"
+    return problem_response(
+        422,
+        "invalid-input",
+        "Invalid input",
+        detail,
+        instance=instance,
+        field=first["field"],
+        allowed=first["allowed"],
+        errors=errors,
+    )
+
+
+def install_problem_handlers(app: FastAPI, *, retry_after_s: int) -> None:
+    """Route every error the app can raise through the problem documents above."""
+
+    async def on_problem(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiProblem)
+        return problem_response(
+            exc.status,
+            exc.slug,
+            exc.title,
+            exc.detail,
+            instance=request.url.path,
+            headers=exc.headers,
+            **exc.extensions,
+        )
+
+    async def on_taskward(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, TaskwardError)
+        return problem_for_error(exc, instance=request.url.path, retry_after_s=retry_after_s)
+
+    async def on_validation(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return validation_problem(exc, instance=request.url.path)
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 400 and request.method in {"POST", "PUT", "PATCH"}:
+            # FastAPI's answer to a body it could not decode at all (not UTF-8, nested past
+            # the parser's limit): bad input like any other, so a 422 naming the body.
+            return problem_response(
+                422,
+                "invalid-input",
+                "Invalid input",
+                f"body: {exc.detail}",
+                instance=request.url.path,
+                field="body",
+                allowed="a JSON object in UTF-8",
+            )
+        slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
+        return problem_response(
+            exc.status_code,
+            slug,
+            title,
+            str(exc.detail),
+            instance=request.url.path,
+            headers=dict(exc.headers or {}),
+        )
+
+    app.add_exception_handler(ApiProblem, on_problem)
+    app.add_exception_handler(TaskwardError, on_taskward)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)

@@ -1,0 +1,74 @@
+"""Operations routes: ``/healthz`` (no token; checks the store), ``/metrics`` (Prometheus text)
+and ``/openapi.json`` (behind a token when tokens are configured, like everything but
+``/healthz``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from taskward.http.auth import Principal, require
+from taskward.http.metrics import CONTENT_TYPE, render_metrics
+from taskward.http.models import Health, Problem
+from taskward.http.state import services_of
+from taskward.settings import get_max_attempts
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get(
+    "/healthz",
+    response_model=Health,
+    summary="Liveness and store check (no token needed)",
+    responses={
+        503: {
+            "model": Problem,
+            "description": "The store is unavailable.",
+            "content": {"application/problem+json": {}},
+        }
+    },
+)
+async def healthz(request: Request) -> dict[str, Any]:
+    db = await services_of(request).store.get()
+    await get_max_attempts(db)  # one real round trip to the store
+    return {"status": "ok", "store": db.dialect}
+
+
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    summary="Prometheus metrics",
+    responses={
+        200: {"content": {"text/plain": {}}},
+        **{
+            code: {
+                "model": Problem,
+                "description": text,
+                "content": {"application/problem+json": {}},
+            }
+            for code, text in (
+                (401, "No or an invalid API token (only when tokens are configured)."),
+                (403, "The token lacks the read scope."),
+                (503, "The store is unavailable."),
+            )
+        },
+    },
+)
+async def metrics(
+    request: Request, _principal: Annotated[Principal, Depends(require("read"))]
+) -> PlainTextResponse:
+    services = services_of(request)
+    db = await services.store.get()
+    text = await render_metrics(
+        db, services.metrics, heartbeat_ttl_s=services.config.heartbeat_ttl_s
+    )
+    return PlainTextResponse(text, media_type=CONTENT_TYPE)
+
+
+@router.get("/openapi.json", include_in_schema=False)
+async def openapi(
+    request: Request, _principal: Annotated[Principal, Depends(require("read"))]
+) -> JSONResponse:
+    return JSONResponse(request.app.openapi())

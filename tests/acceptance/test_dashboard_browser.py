@@ -1,0 +1,195 @@
+"""The dashboard in a real browser: headless Chromium (Debian's ``chromium`` and
+``chromium-driver``, installed by ``scripts/test``) driven by Selenium.
+
+``taskward up`` runs as a process (SQLite in tmp_path, a free port): a task submitted through the
+API is seen reaching ``completed`` on its page without a reload, and a queued task whose target
+no worker serves (``daytona``) is cancelled from its page and checked through the API. Under
+``CI=true`` a missing browser fails these tests; elsewhere they skip with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+WAIT_S = 20.0
+
+
+def _browser_problem() -> str | None:
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install -e '.[dev]')"
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not (os.path.exists(path) or shutil.which(os.path.basename(path))):
+            return f"{path} is missing (apt-get install chromium chromium-driver)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    problem = _browser_problem()
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no browser under CI: {problem}")
+        pytest.skip(problem)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(WAIT_S)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``taskward up`` on 127.0.0.1:<free port> with its worker; yields the base URL."""
+    tmp = tmp_path_factory.mktemp("up")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKWARD_")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "taskward.cli.main",
+            "--db",
+            f"sqlite:///{Path(tmp) / 'tw.db'}",
+            "up",
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp,
+        env=env,
+    )
+    assert proc.stdout is not None
+    base = None
+    deadline = time.monotonic() + 30
+    while base is None and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        match = re.search(r"dashboard:\s+(http://\S+)/", line)
+        base = match.group(1) if match else None
+    if base is None:
+        proc.kill()
+        pytest.fail(f"taskward up did not start: {proc.communicate()[1]}")
+    try:
+        yield base
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    assert proc.returncode == 0
+
+
+def _submit(base: str, payload: dict[str, Any]) -> str:
+    r = httpx.post(f"{base}/api/tasks", json=payload, timeout=10)
+    assert r.status_code == 201, r.text
+    task_id: str = r.json()["task_id"]
+    return task_id
+
+
+def _text(driver: Any, selector: str) -> str:
+    """An element's text, read in one script call (the page redraws its regions while it
+    polls, so a found element can go stale before it is read)."""
+    text = driver.execute_script(
+        "const el = document.querySelector(arguments[0]); return el ? el.textContent : null;",
+        selector,
+    )
+    return "" if text is None else str(text).strip()
+
+
+def _status_on_page(driver: Any) -> str:
+    return _text(driver, '[data-field="status"]')
+
+
+def test_a_submitted_task_is_seen_completing_without_a_reload(browser: Any, service: str) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    task_id = _submit(
+        service,
+        {"action_kind": "command", "args": {"argv": ["sleep", "1.5"]}, "idempotency_key": "slow"},
+    )
+    browser.get(f"{service}/tasks/{task_id}")
+    assert _status_on_page(browser) in {"queued", "running"}
+    browser.execute_script("window.__sameDocument = true;")
+    WebDriverWait(browser, WAIT_S, poll_frequency=0.1).until(
+        lambda d: _status_on_page(d) == "completed"
+    )
+    assert browser.execute_script("return window.__sameDocument === true;"), "the page reloaded"
+    timeline = _text(browser, '[data-region="timeline"]')
+    assert "queued \u2192 running" in timeline
+    assert "running \u2192 completed" in timeline
+    # The overview counts it too, by status and target.
+    browser.get(f"{service}/")
+    assert "completed" in _text(browser, '[data-region="counts"]')
+
+
+def test_a_task_no_worker_serves_is_cancelled_from_its_page(browser: Any, service: str) -> None:
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    task_id = _submit(
+        service,
+        {
+            "action_kind": "command",
+            "args": {"argv": ["echo", "<b>never runs</b>"]},
+            "execution_target": "daytona",
+        },
+    )
+    browser.get(f"{service}/tasks/{task_id}")
+    assert _status_on_page(browser) == "queued"
+    assert "daytona" in _text(browser, '[data-field="placement"]')
+    assert "<b>never runs</b>" in _text(browser, '[data-region="args"]')  # text, not markup
+    browser.find_element(By.ID, "cancel-button").click()
+    try:
+        WebDriverWait(browser, WAIT_S, poll_frequency=0.1).until(
+            lambda d: _status_on_page(d) == "cancelled"
+        )
+    except TimeoutException:
+        pytest.fail(
+            f"not cancelled on the page: {browser.current_url}\n{browser.page_source[:2000]}"
+        )
+    assert not browser.find_element(By.CSS_SELECTOR, '[data-region="cancel"]').is_displayed()
+    task = httpx.get(f"{service}/api/tasks/{task_id}", timeout=10).json()
+    assert task["status"] == "cancelled"
+    facts = httpx.get(f"{service}/api/tasks/{task_id}/transitions", timeout=10).json()
+    assert [(f["previous_status"], f["status"]) for f in facts["transitions"]] == [
+        ("queued", "cancelled")
+    ]
+    assert facts["transitions"][0]["actor"] == "operator:anonymous"
