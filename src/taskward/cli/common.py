@@ -114,3 +114,26 @@ def registry_for(state: CliState, config: AdapterConfig | None = None) -> TaskAd
                 message=f"--import {name!r} (or TASKWARD_IMPORTS) cannot be imported: {exc}",
             ) from exc
     return build_registry(dataclasses.replace(config, imports=imports))
+
+
+class LazyGroup(click.Group):
+    """A click group whose heavy subcommands (the HTTP service) import only when invoked, so
+    every other command — and every worker — starts without loading the web stack."""
+
+    def __init__(
+        self, *args: Any, lazy_subcommands: dict[str, str] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_subcommands = dict(lazy_subcommands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self.lazy_subcommands.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, _, attr = target.partition(":")
+        command = getattr(importlib.import_module(module_name), attr)
+        assert isinstance(command, click.Command)
+        return command

@@ -26,6 +26,7 @@ from taskward.admission import validate_application
 from taskward.cli.bench_cmd import bench
 from taskward.cli.common import (
     CliState,
+    LazyGroup,
     generated_key,
     json_option,
     operator,
@@ -37,7 +38,6 @@ from taskward.cli.common import (
 from taskward.cli.errors import EXIT_OK, report
 from taskward.cli.outbox_cmd import outbox
 from taskward.cli.schedule_cmd import schedule
-from taskward.cli.serve_cmd import serve, up
 from taskward.cli.worker_cmd import task_wait, worker
 from taskward.models import DEFAULT_EXECUTION_TARGET, EXECUTION_TARGETS
 from taskward.placement import placement_reason
@@ -48,7 +48,11 @@ from taskward.store.open import DEFAULT_URL, ENV_VAR
 DEFAULT_LIST_LIMIT = 20
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    lazy_subcommands={"serve": "taskward.cli.serve_cmd:serve", "up": "taskward.cli.serve_cmd:up"},
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option(
     "--db",
     "db_url",
@@ -283,8 +287,6 @@ def task_cancel(state: CliState, task_id: str, key: str | None, reason: str) -> 
 
 
 cli.add_command(worker)
-cli.add_command(serve)
-cli.add_command(up)
 cli.add_command(schedule)
 cli.add_command(outbox)
 cli.add_command(bench)

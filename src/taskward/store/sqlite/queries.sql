@@ -138,11 +138,13 @@ WHERE status = 'running' AND concurrency_key IS NOT NULL;
 -- name: run_claim_page
 -- One (queued_at, id) keyset page of claim candidates (ADR-0071 D4, R7): queued rows of any
 -- origin whose kind this worker serves, below the attempt ceiling, with no pending cancellation.
+-- INDEXED BY: SQLite gathers no statistics on its own and would otherwise scan and sort every
+-- queued row on each pass; the partial claim index walks them in order.
 SELECT id, queued_at, action_kind, execution_target, required_capabilities, concurrency_key,
        lease_attempts,
        CASE WHEN json_type(action_args, '$.timeout_s') IN ('integer', 'real')
             THEN json_extract(action_args, '$.timeout_s') END AS timeout_s
-FROM schedule_runs
+FROM schedule_runs INDEXED BY idx_schedule_runs_claim
 WHERE status = 'queued'
   AND lease_attempts < :max_attempts
   AND cancel_requested_at IS NULL
