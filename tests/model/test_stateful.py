@@ -11,8 +11,10 @@ attempts, owner and cancellation request, every admission's id, and every settle
 Time: the model's clock starts at ``T0``, a day ahead of the wall clock, and only moves forward;
 summaries are written on the store's own clock, so they always precede the completed facts that
 cite them. Leases are judged at the time the reaper last ran (``now`` past every lease the
-reaper should have recovered). Budget: the ``taskward-model`` Hypothesis profile (see
-tests/conftest.py); ``TASKWARD_MODEL_PROFILE=taskward-model-long`` runs many more examples.
+reaper should have recovered). Ids are seeded per history so that claim order, which breaks
+ties by id, replays exactly. Budget: the ``taskward-model`` Hypothesis profile (see
+tests/conftest.py), three times the examples on SQLite; explore further on demand with
+``TASKWARD_MODEL_PROFILE=taskward-model-long pytest --timeout=0 tests/model``.
 """
 
 from __future__ import annotations
