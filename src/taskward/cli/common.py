@@ -137,3 +137,38 @@ class LazyGroup(click.Group):
         command = getattr(importlib.import_module(module_name), attr)
         assert isinstance(command, click.Command)
         return command
+
+
+def template_options(fn: Any) -> Any:
+    """The TaskApplication template options shared by ``task submit`` and ``schedule add``:
+    --args, --target, --capability, --library-ref, --library-hash."""
+    from taskward.models import DEFAULT_EXECUTION_TARGET, EXECUTION_TARGETS
+
+    options = [
+        click.option(
+            "--args",
+            "args_text",
+            default="{}",
+            metavar="JSON",
+            help="The task's arguments as a JSON object.",
+        ),
+        click.option(
+            "--target",
+            type=click.Choice(sorted(EXECUTION_TARGETS)),
+            default=DEFAULT_EXECUTION_TARGET,
+            show_default=True,
+            help="Execution target.",
+        ),
+        click.option(
+            "--capability",
+            "capabilities",
+            multiple=True,
+            metavar="X",
+            help="A capability a worker must advertise (repeatable).",
+        ),
+        click.option("--library-ref", help="Workflow library reference."),
+        click.option("--library-hash", help="Workflow library content hash."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn

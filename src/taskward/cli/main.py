@@ -33,13 +33,14 @@ from taskward.cli.common import (
     parse_args,
     pass_state,
     registry_for,
+    template_options,
     with_db,
 )
 from taskward.cli.errors import EXIT_OK, report
 from taskward.cli.outbox_cmd import outbox
 from taskward.cli.schedule_cmd import schedule
 from taskward.cli.worker_cmd import task_wait, worker
-from taskward.models import DEFAULT_EXECUTION_TARGET, EXECUTION_TARGETS
+from taskward.models import EXECUTION_TARGETS
 from taskward.placement import placement_reason
 from taskward.reads import MAX_LIST_LIMIT
 from taskward.registry import DEFAULT_ALIASES
@@ -107,34 +108,12 @@ def task() -> None:
 
 @task.command("submit")
 @click.argument("kind")
-@click.option(
-    "--args",
-    "args_text",
-    default="{}",
-    metavar="JSON",
-    help="The task's arguments as a JSON object.",
-)
-@click.option(
-    "--target",
-    type=click.Choice(sorted(EXECUTION_TARGETS)),
-    default=DEFAULT_EXECUTION_TARGET,
-    show_default=True,
-    help="Execution target.",
-)
-@click.option(
-    "--capability",
-    "capabilities",
-    multiple=True,
-    metavar="X",
-    help="A capability a worker must advertise (repeatable).",
-)
+@template_options
 @click.option(
     "--key",
     help="Idempotency key; resubmitting with the same key is safe. "
     "Generated and printed when omitted.",
 )
-@click.option("--library-ref", help="Workflow library reference.")
-@click.option("--library-hash", help="Workflow library content hash.")
 @json_option
 @pass_state
 def task_submit(

@@ -12,9 +12,16 @@ from rich.table import Table
 from rich.text import Text
 
 from taskward import StateDB, TaskValidationError
-from taskward.cli.common import CliState, json_option, parse_args, pass_state, registry_for, with_db
+from taskward.cli.common import (
+    CliState,
+    json_option,
+    parse_args,
+    pass_state,
+    registry_for,
+    template_options,
+    with_db,
+)
 from taskward.cli.output import format_time
-from taskward.models import DEFAULT_EXECUTION_TARGET, EXECUTION_TARGETS
 from taskward.schedules import (
     DEFAULT_CATCH_UP_MAX,
     DEFAULT_MISFIRE_GRACE_S,
@@ -127,23 +134,7 @@ def schedule() -> None:
     metavar="TIME",
     help="With --every: the first fire (epoch seconds or ISO-8601); later ones count from it.",
 )
-@click.option("--args", "args_text", default="{}", metavar="JSON", help="The task's arguments.")
-@click.option(
-    "--target",
-    type=click.Choice(sorted(EXECUTION_TARGETS)),
-    default=DEFAULT_EXECUTION_TARGET,
-    show_default=True,
-    help="Execution target.",
-)
-@click.option(
-    "--capability",
-    "capabilities",
-    multiple=True,
-    metavar="X",
-    help="A capability a worker must advertise (repeatable).",
-)
-@click.option("--library-ref", help="Workflow library reference.")
-@click.option("--library-hash", help="Workflow library content hash.")
+@template_options
 @click.option(
     "--misfire",
     type=click.Choice(MISFIRE_POLICIES),
