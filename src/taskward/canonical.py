@@ -10,21 +10,32 @@ import json
 from typing import Any
 
 
+# Encoders built once: ``json.dumps`` with options builds a new encoder on every call, and these
+# run several times per task on the worker's hot path.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(value: Any) -> str:
     """Serialise ``value`` canonically; raises ValueError/TypeError for non-JSON input."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _CANONICAL.encode(value)
+
+
+def text_hash(canonical: str) -> str:
+    """``sha256:<lowercase hex>`` of an already canonical JSON text."""
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def content_hash(value: Any) -> str:
     """``sha256:<lowercase hex>`` of the canonical JSON of ``value`` (ADR-0072 D2)."""
-    return "sha256:" + hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+    return text_hash(canonical_json(value))
 
 
 def dumps(value: Any) -> str:
     """Compact JSON for storage columns (not canonical ordering-sensitive)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _COMPACT.encode(value)
 
 
 def loads(text: str | bytes | None) -> Any:

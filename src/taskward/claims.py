@@ -20,13 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from taskward.capabilities import affinity_score, worker_can_serve
+from taskward.capabilities import affinity_score, capability_class, worker_can_serve
 from taskward.models import Actor, StateReason, TransitionRequest
 from taskward.settings import DEFAULT_MAX_ATTEMPTS
 from taskward.store.port import Row, StateDB
 from taskward.transitions import (
     LostToConcurrencyKey,
     apply_transition,
+    apply_transitions,
     lease_id,
     request_hash,
 )
@@ -111,8 +112,14 @@ async def find_candidates(
     scanned = 0
     cursor: tuple[float | None, str | None] = (None, None)
     kinds = json.dumps(sorted(set(spec.kinds)))
+    # Without an affinity token every score is 0 and the order is the SQL's oldest-first, so
+    # the first page need only hold the rows wanted plus a margin for rows a concurrent claimer
+    # takes first: a pass for one free slot reads ten rows, not fifty. Later pages (after rows
+    # were filtered out by target or capability) are full size.
+    ranked = any(capability_class(token) == "affinity" for token in spec.capabilities)
+    page_size = CLAIM_PAGE_SIZE if ranked else min(CLAIM_PAGE_SIZE, 2 * limit + 8)
     while scanned < CLAIM_SCAN_CAP and len(candidates) < limit:
-        page_size = min(CLAIM_PAGE_SIZE, CLAIM_SCAN_CAP - scanned)
+        page_size = min(page_size, CLAIM_SCAN_CAP - scanned)
         page = await db.fetchall(
             "run_claim_page",
             {
@@ -128,6 +135,7 @@ async def find_candidates(
         if len(page) < page_size:
             break
         cursor = (page[-1]["queued_at"], page[-1]["id"])
+        page_size = CLAIM_PAGE_SIZE
     # Stable sort: descending affinity, the SQL's oldest-first order kept for ties.
     candidates.sort(
         key=lambda r: -affinity_score(r.get("required_capabilities"), spec.capabilities)
@@ -200,38 +208,59 @@ async def claim_batch(
     blocked: set[str] = set()
     if keyed:
         blocked = {r["concurrency_key"] for r in await db.fetchall("run_running_concurrency_keys")}
-    claimed: list[Claimed] = []
+    claimed: list[tuple[int, Claimed]] = []
     async with db.transaction(now=now) as tx:
         lockable = await tx.fetchall(
             "run_lock_candidates", {"ids": json.dumps([r["id"] for r in candidates])}
         )
         free = {r["id"] for r in lockable}
-        for row in candidates:
-            if len(claimed) >= limit:
+        plain: list[tuple[int, Row]] = []  # rows without a serialization key: claimed together
+        for position, row in enumerate(candidates):
+            if len(claimed) + len(plain) >= limit:
                 break
             if row["id"] not in free:
                 continue  # another claimer holds it, or it is no longer queued
             key = row.get("concurrency_key")
-            if key is not None and key in blocked:
+            if key is None:
+                plain.append((position, row))
                 continue
+            if key in blocked:
+                continue
+            blocked.add(key)  # stays blocked for the rest of the pass
             request, guard, patch, lease = _claim_request(spec, row, now=tx.now)
-            digest = request_hash(request)
             try:
-                if key is None:
+                async with tx.savepoint():
                     result, updated = await apply_transition(
-                        tx, request, guard=guard, patch=patch, digest=digest, returning=("*",)
+                        tx,
+                        request,
+                        guard=guard,
+                        patch=patch,
+                        digest=request_hash(request),
+                        returning=("*",),
                     )
-                else:
-                    blocked.add(key)  # stays blocked for the rest of the pass
-                    async with tx.savepoint():
-                        result, updated = await apply_transition(
-                            tx, request, guard=guard, patch=patch, digest=digest, returning=("*",)
-                        )
             except LostToConcurrencyKey:
                 continue
             if result.applied and not result.replayed and updated is not None:
-                claimed.append(Claimed(lease=lease, row=updated))
-    return claimed
+                claimed.append((position, Claimed(lease=lease, row=updated)))
+        if plain:
+            # One set-based compare-and-swap for all of them, each on its own guard, then
+            # every fact and event in one pipelined round (transitions.apply_transitions).
+            requests = [_claim_request(spec, row, now=tx.now) for _, row in plain]
+            applied = await apply_transitions(
+                tx,
+                [
+                    (request, guard, patch, request_hash(request))
+                    for request, guard, patch, _ in requests
+                ],
+                returning=("*",),
+            )
+            for (position, _), (_, _, _, lease), (result, updated) in zip(
+                plain, requests, applied, strict=True
+            ):
+                if result.applied and not result.replayed and updated is not None:
+                    claimed.append((position, Claimed(lease=lease, row=updated)))
+    claimed.sort(key=lambda pair: pair[0])  # claim order: affinity, then oldest
+    return [claim for _, claim in claimed]
 
 
 async def claim_rows(

@@ -9,6 +9,12 @@ If any unit of a batch raises, the batch's transaction is rolled back whole and 
 again through its own fallback (its ordinary single-transaction path), so a unit's error or
 conflict is reported exactly as it would have been without batching, and no unit's write is ever
 lost or applied twice.
+
+Units of one *kind* (``run_many``) are handed to their kind's ``combine`` together, so that a
+batch of, say, forty terminal transitions is one set-based compare-and-swap statement plus one
+pipelined round of inserts instead of forty sequences of statements; ``combine`` returns one
+result per item, in order, and keeps every item's own semantics (a transition keeps its own
+compare-and-swap, fact and event).
 """
 
 from __future__ import annotations
@@ -21,15 +27,22 @@ from typing import Any, Final, Generic, TypeVar
 from taskward.store.port import StateDB, Tx
 
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741 - an item of a combinable kind
 
 DEFAULT_MAX_BATCH: Final = 64
 
 
+Combine = Callable[[Tx, list[Any]], Awaitable[list[Any]]]
+
+
 @dataclass
 class _Pending(Generic[T]):
-    unit: Callable[[Tx], Awaitable[T]]
+    unit: Callable[[Tx], Awaitable[T]] | None
     fallback: Callable[[], Awaitable[T]]
     future: asyncio.Future[T]
+    kind: str | None = None
+    item: Any = None
+    combine: Combine | None = None
 
 
 class GroupCommit:
@@ -46,10 +59,26 @@ class GroupCommit:
     ) -> T:
         """Run ``unit`` inside a shared transaction; return its result once committed."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(unit, fallback, future))
+        return await self._enqueue(_Pending(unit, fallback, future))
+
+    async def run_many(
+        self,
+        kind: str,
+        item: I,
+        combine: Callable[[Tx, list[I]], Awaitable[list[T]]],
+        *,
+        fallback: Callable[[], Awaitable[T]],
+    ) -> T:
+        """Like ``run``, for an item that ``combine`` applies together with the other items of
+        ``kind`` in the same batch (one call per kind and batch, results in item order)."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        return await self._enqueue(_Pending(None, fallback, future, kind, item, combine))
+
+    async def _enqueue(self, pending: _Pending[T]) -> T:
+        self._queue.append(pending)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
-        return await asyncio.shield(future)
+        return await asyncio.shield(pending.future)
 
     async def _flush(self) -> None:
         batch: list[_Pending[Any]] = []
@@ -69,11 +98,9 @@ class GroupCommit:
             if len(batch) == 1:
                 await self._alone(batch[0])
                 continue
-            results: list[Any] = []
             try:
                 async with self.db.transaction() as tx:
-                    for pending in batch:
-                        results.append(await pending.unit(tx))
+                    results = await self._apply(tx, batch)
             except Exception:
                 # One unit failed: nothing of the batch committed; each runs on its own.
                 await asyncio.gather(*(self._alone(p) for p in batch))
@@ -81,6 +108,28 @@ class GroupCommit:
             for pending, result in zip(batch, results, strict=True):
                 if not pending.future.done():
                     pending.future.set_result(result)
+
+    @staticmethod
+    async def _apply(tx: Tx, batch: list[_Pending[Any]]) -> list[Any]:
+        """Every unit of ``batch`` inside ``tx``: plain units one by one, each kind's items in
+        one ``combine`` call. Results in batch order."""
+        results: list[Any] = [None] * len(batch)
+        kinds: dict[str, list[int]] = {}
+        for index, pending in enumerate(batch):
+            if pending.kind is None:
+                assert pending.unit is not None
+                results[index] = await pending.unit(tx)
+            else:
+                kinds.setdefault(pending.kind, []).append(index)
+        for indexes in kinds.values():
+            combine = batch[indexes[0]].combine
+            assert combine is not None
+            combined = await combine(tx, [batch[i].item for i in indexes])
+            if len(combined) != len(indexes):
+                raise RuntimeError("combine returned a result count unlike its item count")
+            for index, result in zip(indexes, combined, strict=True):
+                results[index] = result
+        return results
 
     @staticmethod
     async def _alone(pending: _Pending[Any]) -> None:

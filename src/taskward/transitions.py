@@ -23,11 +23,13 @@ from taskward.errors import InvalidTransition, TaskNotFound, TransitionIdempoten
 from taskward.groupcommit import GroupCommit
 from taskward.lifecycle import ENTITY_TYPES, check_edge, check_reason_code, is_terminal
 from taskward.models import TransitionRequest, TransitionResult
+from taskward.store.guarded import update_shape
 from taskward.store.port import (
     RUN_GUARD_COLUMNS,
     RUN_PATCH_COLUMNS,
     ConcurrencyKeyBusy,
     Row,
+    RunUpdate,
     StateDB,
     Tx,
 )
@@ -95,59 +97,36 @@ async def replayed_result(
     )
 
 
-async def apply_transition(
-    tx: Tx,
-    request: TransitionRequest,
-    *,
-    guard: Mapping[str, Any],
-    patch: Mapping[str, Any],
-    digest: str,
-    returning: Sequence[str] = ("leased_by", "lease_attempts"),
-) -> tuple[TransitionResult, Row | None]:
-    """Steps 2-4 of R3 inside an open transaction (callers did the static checks).
-
-    The compare-and-swap runs first and the fact insert is ``ON CONFLICT DO NOTHING`` on the
-    unique (entity_id, idempotency_key) index: a used key can never apply twice (the insert
-    finds it and ``KeyAlreadyUsed`` rolls the update back), and a lost compare-and-swap looks for
-    a replay before it reports a missing row or a conflict. What a caller observes is exactly
-    R3's order, with one statement fewer on the common path. Returns the result and the
-    ``returning`` columns of the updated row (None when nothing was written).
-    """
-    transition_id = str(uuid.uuid4())
-    values: dict[str, Any] = {
+def _values(request: TransitionRequest, patch: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """What the compare-and-swap sets: the status, its projection and the caller's patch."""
+    return {
         "status": request.to_state,
-        "updated_at": tx.now,
+        "updated_at": now,
         "status_reason_code": request.reason.code,
         "status_reason_summary": request.reason.summary,
         "status_evidence_refs": dumps(request.reason.evidence_refs),
         **patch,
     }
-    wanted = (
-        tuple(returning)
-        if "*" in returning
-        else (*returning, *(c for c in ("leased_by", "lease_attempts") if c not in returning))
-    )
-    try:
-        updated = await tx.run_update_if(
-            request.entity_id, request.from_state, values, guard, returning=wanted
-        )
-    except ConcurrencyKeyBusy as exc:
-        raise LostToConcurrencyKey from exc
-    if updated is None:
-        replay = await replayed_result(tx, request, digest)
-        if replay is not None:
-            return replay, None
-        observed = await tx.fetchone("run_status", {"id": request.entity_id})
-        if observed is None:
-            raise TaskNotFound(request.entity_id)
-        return TransitionResult(
-            applied=False,
-            conflict=True,
-            previous_state=request.from_state,
-            current_state=observed["status"],
-            transition_id=transition_id,
-        ), None
+
+
+def _returned(returning: Sequence[str]) -> tuple[str, ...]:
+    """``returning`` plus the lease columns the fact's lease id needs."""
+    if "*" in returning:
+        return tuple(returning)
+    return (*returning, *(c for c in ("leased_by", "lease_attempts") if c not in returning))
+
+
+def _writes(
+    request: TransitionRequest,
+    guard: Mapping[str, Any],
+    updated: Row,
+    transition_id: str,
+    digest: str,
+) -> tuple[list[tuple[str, dict[str, Any]]], str]:
+    """The fact, its event and (for a terminal state) its notification, as named statements;
+    the fact always comes first. Returns them and the event id."""
     event_id = str(uuid.uuid4())
+    actor = request.actor.label()
     fact = {
         "id": transition_id,
         "entity_type": request.entity_type,
@@ -158,7 +137,7 @@ async def apply_transition(
         "reason_summary": request.reason.summary,
         "evidence_refs": dumps(request.reason.evidence_refs),
         "source": request.actor.type,
-        "actor": request.actor.label(),
+        "actor": actor,
         "metadata": dumps(request.reason.metadata),
         "idempotency_key": request.idempotency_key,
         "request_hash": digest,
@@ -180,7 +159,7 @@ async def apply_transition(
                 "from": request.from_state,
                 "to": request.to_state,
                 "reason_code": request.reason.code,
-                "actor": request.actor.label(),
+                "actor": actor,
             }
         ),
     }
@@ -208,6 +187,71 @@ async def apply_transition(
         }
         statements.append(("outbox_enqueue", outbox_row))
     # -- end outbox -----------------------------------------------------------------------
+    return statements, event_id
+
+
+async def _lost(
+    tx: Tx, request: TransitionRequest, digest: str, transition_id: str
+) -> TransitionResult:
+    """The compare-and-swap matched nothing: a replay of a used key, a missing row (raises
+    TaskNotFound) or a conflict that writes nothing (R3 steps 2-4)."""
+    replay = await replayed_result(tx, request, digest)
+    if replay is not None:
+        return replay
+    observed = await tx.fetchone("run_status", {"id": request.entity_id})
+    if observed is None:
+        raise TaskNotFound(request.entity_id)
+    return TransitionResult(
+        applied=False,
+        conflict=True,
+        previous_state=request.from_state,
+        current_state=observed["status"],
+        transition_id=transition_id,
+    )
+
+
+def _applied(request: TransitionRequest, transition_id: str, event_id: str) -> TransitionResult:
+    return TransitionResult(
+        applied=True,
+        previous_state=request.from_state,
+        current_state=request.to_state,
+        transition_id=transition_id,
+        event_id=event_id,
+    )
+
+
+async def apply_transition(
+    tx: Tx,
+    request: TransitionRequest,
+    *,
+    guard: Mapping[str, Any],
+    patch: Mapping[str, Any],
+    digest: str,
+    returning: Sequence[str] = ("leased_by", "lease_attempts"),
+) -> tuple[TransitionResult, Row | None]:
+    """Steps 2-4 of R3 inside an open transaction (callers did the static checks).
+
+    The compare-and-swap runs first and the fact insert is ``ON CONFLICT DO NOTHING`` on the
+    unique (entity_id, idempotency_key) index: a used key can never apply twice (the insert
+    finds it and ``KeyAlreadyUsed`` rolls the update back), and a lost compare-and-swap looks for
+    a replay before it reports a missing row or a conflict. What a caller observes is exactly
+    R3's order, with one statement fewer on the common path. Returns the result and the
+    ``returning`` columns of the updated row (None when nothing was written).
+    """
+    transition_id = str(uuid.uuid4())
+    try:
+        updated = await tx.run_update_if(
+            request.entity_id,
+            request.from_state,
+            _values(request, patch, tx.now),
+            guard,
+            returning=_returned(returning),
+        )
+    except ConcurrencyKeyBusy as exc:
+        raise LostToConcurrencyKey from exc
+    if updated is None:
+        return await _lost(tx, request, digest, transition_id), None
+    statements, event_id = _writes(request, guard, updated, transition_id, digest)
     # The fact, its event and any notification travel together (one round trip on
     # PostgreSQL); a fact whose key is taken inserts nothing, and KeyAlreadyUsed rolls the
     # whole transaction back (the notification with it).
@@ -216,13 +260,85 @@ async def apply_transition(
         raise KeyAlreadyUsed(request.idempotency_key)
     if request.to_state == "queued":
         tx.notify("queued")  # wake idle workers: claimable work appeared
-    return TransitionResult(
-        applied=True,
-        previous_state=request.from_state,
-        current_state=request.to_state,
-        transition_id=transition_id,
-        event_id=event_id,
-    ), updated
+    return _applied(request, transition_id, event_id), updated
+
+
+Prepared = tuple[TransitionRequest, Mapping[str, Any], Mapping[str, Any], str]
+"""A statically checked transition ready to apply: ``(request, guard, patch, digest)``."""
+
+
+async def apply_transitions(
+    tx: Tx,
+    items: Sequence[Prepared],
+    *,
+    returning: Sequence[str] = ("leased_by", "lease_attempts"),
+) -> list[tuple[TransitionResult, Row | None]]:
+    """``apply_transition`` for many transitions in one open transaction, set-based.
+
+    Each item keeps exactly its own semantics: its own compare-and-swap on its own row and
+    guard values, and when it applies, its own fact, event and notification. What is shared is
+    the statement: the compare-and-swaps of items of one shape (same columns set and guarded)
+    run as one multi-row UPDATE, and every applied item's inserts go in one pipelined batch.
+    Items that touch the same run are applied in their given order (the k-th item of a run goes
+    in the k-th round). A used transition key raises KeyAlreadyUsed and a serialization-key
+    clash LostToConcurrencyKey, as for one item: the caller rolls back and retries item by item.
+    """
+    results: list[tuple[TransitionResult, Row | None] | None] = [None] * len(items)
+    rounds: list[list[int]] = []
+    occurrences: dict[str, int] = {}
+    for index, (request, _, _, _) in enumerate(items):
+        k = occurrences.get(request.entity_id, 0)
+        occurrences[request.entity_id] = k + 1
+        if k == len(rounds):
+            rounds.append([])
+        rounds[k].append(index)
+    wanted = _returned(returning)
+    for round_indexes in rounds:
+        shapes: dict[object, list[int]] = {}
+        updates: dict[int, RunUpdate] = {}
+        for index in round_indexes:
+            request, guard, patch, _ = items[index]
+            update = (
+                request.entity_id,
+                request.from_state,
+                _values(request, patch, tx.now),
+                guard,
+            )
+            updates[index] = update
+            shapes.setdefault(update_shape(update), []).append(index)
+        for group in shapes.values():
+            if len(group) == 1:
+                request, guard, patch, digest = items[group[0]]
+                results[group[0]] = await apply_transition(
+                    tx, request, guard=guard, patch=patch, digest=digest, returning=returning
+                )
+                continue
+            try:
+                rows = await tx.run_update_many([updates[i] for i in group], returning=wanted)
+            except ConcurrencyKeyBusy as exc:
+                raise LostToConcurrencyKey from exc
+            by_id = {row["id"]: row for row in rows}
+            statements: list[tuple[str, dict[str, Any]]] = []
+            facts: list[tuple[int, str]] = []  # (position of the fact statement, its key)
+            for index in group:
+                request, guard, _, digest = items[index]
+                transition_id = str(uuid.uuid4())
+                updated = by_id.get(request.entity_id)
+                if updated is None:
+                    results[index] = (await _lost(tx, request, digest, transition_id), None)
+                    continue
+                writes, event_id = _writes(request, guard, updated, transition_id, digest)
+                facts.append((len(statements), request.idempotency_key))
+                statements.extend(writes)
+                results[index] = (_applied(request, transition_id, event_id), updated)
+                if request.to_state == "queued":
+                    tx.notify("queued")
+            if statements:
+                inserted = await tx.fetch_batch(statements)
+                for position, key in facts:
+                    if inserted[position] is None:
+                        raise KeyAlreadyUsed(key)
+    return [result for result in results if result is not None]
 
 
 Built = tuple[TransitionRequest, Mapping[str, Any], Mapping[str, Any]]
@@ -266,17 +382,11 @@ async def transition_at(
     before the first write.
     """
     if group is not None and now is None:
-        # Share the commit with other transitions finishing at the same moment; any error
-        # sends this one down the ordinary path below, unchanged.
-        async def unit(tx: Tx) -> TransitionResult:
-            request, guard, patch = build(tx.now)
-            _check_static(request, guard, patch)
-            result, _ = await apply_transition(
-                tx, request, guard=guard, patch=patch, digest=request_hash(request)
-            )
-            return result
-
-        return await group.run(unit, fallback=lambda: transition_at(db, build))
+        # Share the commit, and the statements, with other transitions finishing at the same
+        # moment; any error sends each of them down the ordinary path below, unchanged.
+        return await group.run_many(
+            "transition", build, _apply_built, fallback=lambda: transition_at(db, build)
+        )
     built: Built | None = None
     digest = ""
     try:
@@ -301,3 +411,14 @@ async def transition_at(
             current_state=observed["status"] if observed else built[0].from_state,
             transition_id=str(uuid.uuid4()),
         )
+
+
+async def _apply_built(tx: Tx, builds: list[Callable[[float], Built]]) -> list[TransitionResult]:
+    """GroupCommit's combine for ``transition_at``: build each at the batch's time, check it
+    statically, and apply them all set-based."""
+    prepared: list[Prepared] = []
+    for build in builds:
+        request, guard, patch = build(tx.now)
+        _check_static(request, guard, patch)
+        prepared.append((request, guard, patch, request_hash(request)))
+    return [result for result, _ in await apply_transitions(tx, prepared)]

@@ -13,6 +13,7 @@ it returns, because a request is not a stop (ADR-0072 D5).
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import re
@@ -89,11 +90,28 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     )
 
 
-def _parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter] | None:
+def _read_signature(fn: Callable[..., Any]) -> inspect.Signature | None:
     try:
-        return inspect.signature(fn).parameters
+        return inspect.signature(fn)
     except (TypeError, ValueError):
         return None
+
+
+# A task function's signature is read once, not on every run (it was a tenth of a no-op task's
+# CPU); bounded, and unhashable callables are simply read each time.
+_cached_signature = functools.lru_cache(maxsize=512)(_read_signature)
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return _cached_signature(fn)
+    except TypeError:  # unhashable callable object
+        return _read_signature(fn)
+
+
+def _parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter] | None:
+    signature = _signature(fn)
+    return signature.parameters if signature is not None else None
 
 
 def _accepts(fn: Callable[..., Any], name: str) -> bool:
@@ -208,7 +226,9 @@ def _check_bind(fn: Callable[..., Any], kwargs: dict[str, Any], field: str, kind
     if _TOKEN_PARAM in params:
         probe[_TOKEN_PARAM] = None
     try:
-        inspect.signature(fn).bind(**probe)
+        signature = _signature(fn)
+        assert signature is not None
+        signature.bind(**probe)
     except TypeError as exc:
         allowed = [n for n in params if n != _TOKEN_PARAM]
         raise TaskValidationError(

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from taskward.canonical import canonical_json, content_hash
+from taskward.canonical import canonical_json, text_hash
 from taskward.claims import Lease, WorkerSpec, claim_rows
 from taskward.errors import TransitionIdempotencyConflict
 from taskward.execution import Outcome, RetryPolicy, execute_lease, finish_run, outcome_for
@@ -27,7 +27,7 @@ from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, Tas
 from taskward.models import Actor
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.settings import get_max_attempts
-from taskward.store.port import Row, StateDB
+from taskward.store.port import Row, StateDB, Tx
 
 log = logging.getLogger("taskward.host.local")
 
@@ -349,6 +349,10 @@ class LocalTaskSource:
         )
 
 
+async def _write_summaries(tx: Tx, params: list[dict[str, Any]]) -> list[Row | None]:
+    return await tx.fetch_batch([("summary_write", p) for p in params])
+
+
 class LocalSummaryStore:
     """A SummaryStore over the ``task_summaries`` table (D4 semantics)."""
 
@@ -364,19 +368,22 @@ class LocalSummaryStore:
         return None, None
 
     async def write(self, session_key: str, summary: SessionSummary) -> None:
-        body = summary.model_dump(mode="json")
-        digest = content_hash(body)
+        text = canonical_json(summary.model_dump(mode="json"))
+        digest = text_hash(text)
         task_id, attempt = self._split(session_key)
         params = {
             "session_key": session_key,
             "task_id": task_id,
             "attempt": attempt,
-            "summary": canonical_json(body),
+            "summary": text,
             "summary_hash": digest,
         }
-        # Insert, or complete a pending row; summaries finishing together share one commit.
-        written = await self._group.run(
-            lambda tx: tx.fetchone("summary_write", params),
+        # Insert, or complete a pending row; summaries finishing together share one commit
+        # and one pipelined round of statements.
+        written = await self._group.run_many(
+            "summary_write",
+            params,
+            _write_summaries,
             fallback=lambda: self.db.fetchone("summary_write", params),
         )
         if written is not None:

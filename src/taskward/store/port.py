@@ -15,6 +15,8 @@ from taskward.store.signals import Signal
 
 Row = dict[str, Any]
 Params = Mapping[str, Any]
+RunUpdate = tuple[str, str, Mapping[str, Any], Mapping[str, Any]]
+"""One compare-and-swap of a batch: ``(run_id, from_state, values, guard)``."""
 
 # Columns stored as JSON; rows come back with them decoded on both dialects.
 JSON_COLUMNS: Final[frozenset[str]] = frozenset(
@@ -112,6 +114,16 @@ class Tx(Protocol):
 
         A None guard value means IS NULL. Returns the ``returning`` columns of the updated row,
         or None when nothing matched. Raises ConcurrencyKeyBusy on a serialization-key clash.
+        """
+        ...
+
+    async def run_update_many(
+        self, items: Sequence[RunUpdate], returning: Sequence[str] = ()
+    ) -> list[Row]:
+        """Several compare-and-swaps of distinct runs in one statement, each matched on its own
+        id, status and guard values (``guarded.build_run_update_many``; the items share one
+        ``update_shape``). Returns ``id`` and the ``returning`` columns of the rows that
+        matched, in no particular order. Raises ConcurrencyKeyBusy like ``run_update_if``.
         """
         ...
 

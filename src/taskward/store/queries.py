@@ -9,7 +9,7 @@ uses the server clock, read once for it (R9), without a separate round trip.
 from __future__ import annotations
 
 import re
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$")
@@ -38,8 +38,10 @@ def parse_queries(text: str) -> dict[str, str]:
     return queries
 
 
+@lru_cache(maxsize=1024)
 def to_pyformat(sql: str) -> str:
-    """``:name`` -> ``%(name)s`` for psycopg; a literal ``%`` is doubled."""
+    """``:name`` -> ``%(name)s`` for psycopg; a literal ``%`` is doubled. Cached: the guarded
+    updates are built per call but come in a handful of shapes."""
     return _BIND.sub(r"%(\1)s", sql.replace("%", "%%"))
 
 

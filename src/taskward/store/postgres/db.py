@@ -19,9 +19,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from taskward.errors import StoreError, StoreUnavailable
 from taskward.loops import raise_if_cancelling
-from taskward.store.guarded import build_run_update
+from taskward.store.guarded import build_run_update, build_run_update_many
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
-from taskward.store.port import ConcurrencyKeyBusy, Params, Row
+from taskward.store.port import ConcurrencyKeyBusy, Params, Row, RunUpdate
 from taskward.store.queries import load_queries, to_pyformat
 from taskward.store.signals import CHANNELS, Signal, Signals
 
@@ -126,6 +126,19 @@ class _PgTx:
                     raise ConcurrencyKeyBusy(str(exc)) from exc
                 raise
             return await cur.fetchone()
+
+    async def run_update_many(
+        self, items: Sequence[RunUpdate], returning: Sequence[str] = ()
+    ) -> list[Row]:
+        sql, params = build_run_update_many(items, returning, dialect="postgresql")
+        with _translate():
+            try:
+                cur = await self._conn.execute(to_pyformat(sql), params)
+            except pg_errors.UniqueViolation as exc:
+                if exc.diag.constraint_name == _RUNNING_KEY_INDEX:
+                    raise ConcurrencyKeyBusy(str(exc)) from exc
+                raise
+            return await cur.fetchall()
 
 
 class PostgresDB:
