@@ -9,7 +9,6 @@ import hashlib
 import json
 from typing import Any
 
-
 # Encoders built once: ``json.dumps`` with options builds a new encoder on every call, and these
 # run several times per task on the worker's hot path.
 _CANONICAL = json.JSONEncoder(
