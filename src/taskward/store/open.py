@@ -4,10 +4,13 @@ URLs:
   ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` (default ``sqlite:///taskward.db``)
       options: ``synchronous=FULL`` (default: an acknowledged admission survives power loss) or
       ``NORMAL`` (faster; the last transactions before a power cut may roll back, never corrupt),
-      ``migrate=false``.
+      ``lock_timeout_s`` (default 30: how long a write waits for another process's lock before
+      ``StoreUnavailable``), ``migrate=false``.
   ``postgresql://user@host:port/dbname`` (any libpq URI)
-      options: ``pool_min``, ``pool_max``, ``open_timeout_s`` (default 10), ``migrate=false``;
-      the rest go to libpq.
+      options: ``pool_min``, ``pool_max``, ``open_timeout_s`` (default 10: how long a caller
+      waits for a connection before ``StoreUnavailable``), ``reconnect_timeout_s`` (default 5:
+      one reconnection attempt of the pool; another follows at once), ``migrate=false``; the
+      rest go to libpq.
 The URL comes from the caller, else ``TASKWARD_DATABASE_URL``, else the default.
 """
 
@@ -43,6 +46,19 @@ def _flag(options: dict[str, str], name: str, default: bool) -> bool:
     raise TaskValidationError(name, value, "true, false")
 
 
+def _seconds(options: dict[str, str], name: str, default: float) -> float:
+    value = options.pop(name, None)
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise TaskValidationError(name, value, "a positive number of seconds")
+    return seconds
+
+
 def redact(url: str) -> str:
     parts = urlsplit(url)
     if parts.password:
@@ -65,15 +81,16 @@ async def _open(url: str | None) -> StateDB:
             raise TaskValidationError("url", url, "sqlite:///relative.db or sqlite:////abs.db")
         migrate = _flag(options, "migrate", True)
         synchronous = options.pop("synchronous", "FULL")
+        lock_timeout_s = _seconds(options, "lock_timeout_s", 30.0)
         if options:
             raise TaskValidationError(
                 "url",
                 url,
-                "sqlite options synchronous, migrate",
+                "sqlite options synchronous, lock_timeout_s, migrate",
                 message=f"unknown sqlite URL options: {', '.join(options)}",
             )
         try:
-            db = SQLiteDB(path, url=url, synchronous=synchronous)
+            db = SQLiteDB(path, url=url, synchronous=synchronous, lock_budget_s=lock_timeout_s)
         except ValueError as exc:
             raise TaskValidationError("synchronous", synchronous, "FULL, NORMAL, EXTRA") from exc
     elif parts.scheme in {"postgresql", "postgres"}:
@@ -83,6 +100,7 @@ async def _open(url: str | None) -> StateDB:
         pool_min = int(options.pop("pool_min", "1"))
         pool_max = int(options.pop("pool_max", "10"))
         open_timeout_s = float(options.pop("open_timeout_s", "10"))
+        reconnect_timeout_s = _seconds(options, "reconnect_timeout_s", 5.0)
         conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(options)))
         db = PostgresDB(
             conninfo,
@@ -90,6 +108,7 @@ async def _open(url: str | None) -> StateDB:
             pool_min=pool_min,
             pool_max=pool_max,
             connect_timeout_s=open_timeout_s,
+            reconnect_timeout_s=reconnect_timeout_s,
         )
     else:
         raise TaskValidationError("url", redact(url), "sqlite:///path.db, postgresql://...")

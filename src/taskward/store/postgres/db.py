@@ -2,20 +2,28 @@
 
 For deployments whose workers span machines. The store's clock is the server's (R9), so workers
 on hosts with skewed clocks agree on when a lease expires.
+
+The server going away (a restart, a failover, a terminated backend) is ``StoreUnavailable``,
+which callers retry (``taskward.store.retry``); this module makes sure the store recovers by
+itself once the server is back: a failure sends the pool to check its idle connections (dead
+ones are replaced at once instead of failing one caller each), the pool keeps reconnecting for
+as long as the server is away, and the LISTEN connection re-establishes itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 from taskward.errors import StoreError, StoreUnavailable
 from taskward.loops import raise_if_cancelling
@@ -23,7 +31,10 @@ from taskward.store.guarded import build_run_update, build_run_update_many
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
 from taskward.store.port import ConcurrencyKeyBusy, Params, Row, RunUpdate
 from taskward.store.queries import load_queries, to_pyformat
+from taskward.store.retry import Backoff, Streak
 from taskward.store.signals import CHANNELS, Signal, Signals
+
+log = logging.getLogger("taskward.store.postgres")
 
 # pg_advisory_xact_lock key serialising migrations across processes ("taskward" in ASCII).
 MIGRATION_LOCK_KEY = 0x7461736B77617264
@@ -33,7 +44,44 @@ _BEGIN_NOW_SQL = f"BEGIN; {_NOW_SQL}".encode()
 _RUNNING_KEY_INDEX = "idx_schedule_runs_running_concurrency"
 _CHANNEL_PREFIX = "taskward_"
 
+# What passes by itself: retried by callers as StoreUnavailable (taskward.store.retry).
+# 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now, 57P05
+# idle_session_timeout, 40001 serialization_failure, 40P01 deadlock_detected, 55P03
+# lock_not_available, 57014 query_canceled (statement_timeout), 58030 io_error.
+TRANSIENT_SQLSTATES: Final = frozenset(
+    {"57P01", "57P02", "57P03", "57P05", "40001", "40P01", "55P03", "57014", "58030"}
+)
+# 08 connection_exception, 53 insufficient_resources (too many connections, disk full, OOM).
+TRANSIENT_SQLSTATE_CLASSES: Final = frozenset({"08", "53"})
+
+LISTENER_BACKOFF: Final = Backoff(base_s=0.05, cap_s=2.0)
+# A reconnection attempt of the pool gives up after this; the pool then starts another at once
+# (see PostgresDB._reconnect_failed), so its waits between attempts never grow past ~2 s.
+DEFAULT_RECONNECT_TIMEOUT_S: Final = 5.0
+
 AsyncConn = psycopg.AsyncConnection[dict[str, Any]]
+
+
+def is_transient(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` passes by itself (the server or the connection was briefly away)."""
+    if isinstance(exc, PoolClosed):  # this store was closed: nothing to wait for
+        return False
+    state = exc.sqlstate
+    if state is None:  # no answer from a server: refused, reset, lost, pool exhausted
+        return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    return state in TRANSIENT_SQLSTATES or state[:2] in TRANSIENT_SQLSTATE_CLASSES
+
+
+def translate_error(exc: psycopg.Error) -> StoreError:
+    """The store error of a driver error: ``StoreUnavailable`` when it passes by itself."""
+    text = " ".join(str(exc).split())
+    if exc.sqlstate:
+        text = f"{text} [SQLSTATE {exc.sqlstate} {type(exc).__name__}]"
+    if is_transient(exc):
+        return StoreUnavailable(f"PostgreSQL unavailable, retry later: {text}")
+    if isinstance(exc, PoolClosed):
+        return StoreError("this store was closed; open a new one")
+    return StoreError(f"PostgreSQL error: {text}")
 
 
 @contextmanager
@@ -43,10 +91,10 @@ def _translate() -> Iterator[None]:
         yield
     except (ConcurrencyKeyBusy, StoreError):
         raise
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-        raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
     except psycopg.Error as exc:
-        raise StoreError(f"PostgreSQL error: {exc}") from exc
+        raise translate_error(exc) from exc
+    except OSError as exc:  # a socket error the driver did not wrap
+        raise StoreUnavailable(f"PostgreSQL unavailable, retry later: {exc}") from exc
 
 
 class _PgTx:
@@ -155,6 +203,7 @@ class PostgresDB:
         pool_min: int = 1,
         pool_max: int = 10,
         connect_timeout_s: float = 10.0,
+        reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
     ) -> None:
         self.url = url
         self.conninfo = conninfo
@@ -164,11 +213,16 @@ class PostgresDB:
             max_size=pool_max,
             open=False,
             timeout=connect_timeout_s,
+            reconnect_timeout=reconnect_timeout_s,
+            reconnect_failed=self._reconnect_failed,
             kwargs={"autocommit": True, "row_factory": dict_row},
         )
         self._closed = False
         self._signals = Signals()
         self._listener: asyncio.Task[None] | None = None
+        self._pool_check: asyncio.Task[None] | None = None
+        # How often the LISTEN connection was established (tests and diagnostics).
+        self.listener_connects = 0
 
     async def connect(self) -> None:
         if self._closed:
@@ -180,10 +234,11 @@ class PostgresDB:
         """Close the pool; safe to call twice."""
         if not self._closed:
             self._closed = True
-            if self._listener is not None:
-                self._listener.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._listener
+            for task in (self._listener, self._pool_check):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await self._pool.close()
 
     async def __aenter__(self) -> PostgresDB:
@@ -194,9 +249,35 @@ class PostgresDB:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConn]:
-        with _translate():
-            async with self._pool.connection() as conn:
-                yield conn
+        try:
+            with _translate():
+                async with self._pool.connection() as conn:
+                    yield conn
+        except StoreUnavailable:
+            self._check_pool_soon()
+            raise
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def _check_pool_soon(self) -> None:
+        """After a failure, test the pool's idle connections in the background: after a server
+        restart every one of them is dead, and each would otherwise fail a caller in turn."""
+        if self._closed or (self._pool_check is not None and not self._pool_check.done()):
+            return
+        with contextlib.suppress(RuntimeError):  # no running loop: nothing to schedule on
+            self._pool_check = asyncio.get_running_loop().create_task(self._check_pool())
+
+    async def _check_pool(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._pool.check()
+
+    async def _reconnect_failed(self, pool: AsyncConnectionPool[AsyncConn]) -> None:
+        """A reconnection attempt gave up (``reconnect_timeout_s``): start another at once.
+        The pool would otherwise wait for the next caller to grow again, and a caller already
+        waiting for a connection would wait out its whole timeout."""
+        if not self._closed:
+            log.warning("PostgreSQL still unreachable; the pool keeps reconnecting")
+            self._check_pool_soon()
 
     # -- wake-ups: LISTEN/NOTIFY ------------------------------------------------------------
 
@@ -210,24 +291,48 @@ class PostgresDB:
             self._listener = asyncio.get_running_loop().create_task(self._listen())
         return self._signals.get(channel)
 
+    def _listener_params(self) -> dict[str, Any]:
+        """The LISTEN connection: named, so operators can see it, and with TCP keepalives, so a
+        silently dropped connection is noticed (libpq ignores them on Unix sockets)."""
+        params = conninfo_to_dict(self.conninfo)
+        app = str(params.get("application_name") or "taskward")
+        extra: dict[str, Any] = {"application_name": f"{app}-listener"[:63]}
+        for name, value in (
+            ("keepalives", 1),
+            ("keepalives_idle", 10),
+            ("keepalives_interval", 5),
+            ("keepalives_count", 3),
+            ("connect_timeout", max(2, int(self._pool.timeout))),
+        ):
+            if name not in params:
+                extra[name] = value
+        return extra
+
     async def _listen(self) -> None:
-        delay = 0.05
+        streak = Streak(LISTENER_BACKOFF, what="PostgreSQL LISTEN connection", logger=log)
         while not self._closed:
             raise_if_cancelling()
             try:
-                conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(
+                    self.conninfo, autocommit=True, **self._listener_params()
+                )
                 async with conn:
                     for channel in CHANNELS:
                         await conn.execute(f"LISTEN {_CHANNEL_PREFIX}{channel}")
+                    self.listener_connects += 1
+                    if streak.failures:
+                        self._check_pool_soon()  # the server is back: refresh the pool now
+                    streak.succeeded()
                     self._signals.bump()  # anything committed while we were not listening
-                    delay = 0.05
                     async for note in conn.notifies():
                         name = note.channel.removeprefix(_CHANNEL_PREFIX)
                         if name in CHANNELS:
                             self._signals.bump(name)
-            except psycopg.Error:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                raise psycopg.OperationalError("the LISTEN connection ended")
+            except (psycopg.Error, OSError) as exc:
+                if self._closed:
+                    return
+                await asyncio.sleep(streak.failed(exc))
 
     async def now(self) -> float:
         async with self.connection() as conn:

@@ -6,6 +6,10 @@ with ``BEGIN IMMEDIATE`` so lock waits happen up front; the connection's busy ti
 and waiting for another process's lock is an ``asyncio.sleep`` backoff, so the loop keeps
 serving other tasks while it waits.
 
+A lock held past ``lock_budget_s`` (URL option ``lock_timeout_s``) and the errors that pass by
+themselves (I/O, disk full, cannot open) are ``StoreUnavailable``, which callers retry
+(``taskward.store.retry``); any other driver error is a ``StoreError``.
+
 Known limits: writers on one file share one host (SQLite has no network protocol), so the local
 clock is the store's clock (R9); idle workers in other processes learn of new work by polling.
 """
@@ -17,16 +21,16 @@ import contextlib
 import random
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Final, TypeVar
 
 from taskward.canonical import loads
 from taskward.errors import StoreError, StoreUnavailable
 from taskward.loops import raise_if_cancelling
-from taskward.store.guarded import build_run_update, build_run_update_many
+from taskward.store.guarded import build_run_update
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
-from taskward.store.port import JSON_COLUMNS, ConcurrencyKeyBusy, Params, Row, RunUpdate
+from taskward.store.port import JSON_COLUMNS, ConcurrencyKeyBusy, Params, Row
 from taskward.store.queries import load_queries
 from taskward.store.signals import Signal, Signals
 
@@ -42,14 +46,57 @@ def _row_factory(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
     return out
 
 
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
+# Primary result codes: another connection holds the lock (retried up to the lock budget) ...
+BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+# ... and failures that pass by themselves: I/O, out of memory, disk full, cannot open, locking
+# protocol. Both become StoreUnavailable.
+TRANSIENT_CODES: Final = frozenset(
+    {
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_PROTOCOL,
+    }
+)
+
+
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = _primary_code(exc)
+    if code is not None:
+        return code in BUSY_CODES
     text = str(exc)
     return "locked" in text or "busy" in text
 
 
+def translate_error(exc: sqlite3.Error, path: str) -> StoreError:
+    """The store error of a driver error: ``StoreUnavailable`` when it passes by itself."""
+    name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+    if _is_busy(exc) or _primary_code(exc) in TRANSIENT_CODES:
+        return StoreUnavailable(
+            f"SQLite database {path!r} unavailable, retry later: {exc} [{name}]"
+        )
+    return StoreError(f"SQLite error on {path!r}: {exc} [{name}]")
+
+
+@contextmanager
+def _translate(path: str) -> Iterator[None]:
+    """Translate driver errors once, at the store boundary."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise translate_error(exc, path) from exc
+
+
 class _SQLiteTx:
-    def __init__(self, conn: sqlite3.Connection, now: float) -> None:
+    def __init__(self, conn: sqlite3.Connection, now: float, path: str = "") -> None:
         self._conn = conn
+        self._path = path
         self._queries = load_queries("sqlite")
         self.now = now
         self.channels: set[str] = set()
@@ -60,14 +107,17 @@ class _SQLiteTx:
     @asynccontextmanager
     async def savepoint(self) -> AsyncIterator[None]:
         """A nested scope whose failure rolls back only itself."""
-        self._conn.execute("SAVEPOINT tw_sp")
+        with _translate(self._path):
+            self._conn.execute("SAVEPOINT tw_sp")
         try:
             yield
         except BaseException:
-            self._conn.execute("ROLLBACK TO SAVEPOINT tw_sp")
-            self._conn.execute("RELEASE SAVEPOINT tw_sp")
+            with _translate(self._path):
+                self._conn.execute("ROLLBACK TO SAVEPOINT tw_sp")
+                self._conn.execute("RELEASE SAVEPOINT tw_sp")
             raise
-        self._conn.execute("RELEASE SAVEPOINT tw_sp")
+        with _translate(self._path):
+            self._conn.execute("RELEASE SAVEPOINT tw_sp")
 
     def _params(self, params: Params | None) -> dict[str, Any]:
         merged = dict(params or {})
@@ -75,14 +125,19 @@ class _SQLiteTx:
         return merged
 
     async def execute(self, name: str, params: Params | None = None) -> int:
-        return self._conn.execute(self._queries[name], self._params(params)).rowcount
+        with _translate(self._path):
+            return self._conn.execute(self._queries[name], self._params(params)).rowcount
 
     async def fetchone(self, name: str, params: Params | None = None) -> Row | None:
-        row: Row | None = self._conn.execute(self._queries[name], self._params(params)).fetchone()
+        with _translate(self._path):
+            row: Row | None = self._conn.execute(
+                self._queries[name], self._params(params)
+            ).fetchone()
         return row
 
     async def fetchall(self, name: str, params: Params | None = None) -> list[Row]:
-        return self._conn.execute(self._queries[name], self._params(params)).fetchall()
+        with _translate(self._path):
+            return self._conn.execute(self._queries[name], self._params(params)).fetchall()
 
     async def fetchone_each(self, name: str, params_list: Sequence[Params]) -> list[Row | None]:
         """The named statement once per parameter set, in order."""
@@ -90,10 +145,11 @@ class _SQLiteTx:
 
     async def fetch_batch(self, statements: Sequence[tuple[str, Params]]) -> list[Row | None]:
         """Several named statements in order (in-process: no round trips to save)."""
-        return [
-            self._conn.execute(self._queries[name], self._params(params)).fetchone()
-            for name, params in statements
-        ]
+        with _translate(self._path):
+            return [
+                self._conn.execute(self._queries[name], self._params(params)).fetchone()
+                for name, params in statements
+            ]
 
     async def run_update_if(
         self,
@@ -110,20 +166,10 @@ class _SQLiteTx:
         except sqlite3.IntegrityError as exc:
             if "schedule_runs.concurrency_key" in str(exc):
                 raise ConcurrencyKeyBusy(str(exc)) from exc
-            raise
+            raise translate_error(exc, self._path) from exc
+        except sqlite3.Error as exc:
+            raise translate_error(exc, self._path) from exc
         return row
-
-    async def run_update_many(
-        self, items: Sequence[RunUpdate], returning: Sequence[str] = ()
-    ) -> list[Row]:
-        sql, params = build_run_update_many(items, returning, dialect="sqlite")
-        try:
-            rows: list[Row] = self._conn.execute(sql, params).fetchall()
-        except sqlite3.IntegrityError as exc:
-            if "schedule_runs.concurrency_key" in str(exc):
-                raise ConcurrencyKeyBusy(str(exc)) from exc
-            raise
-        return rows
 
 
 class SQLiteDB:
@@ -209,12 +255,13 @@ class SQLiteDB:
         while True:
             try:
                 return op()
-            except sqlite3.OperationalError as exc:
+            except sqlite3.Error as exc:
                 if not _is_busy(exc):
-                    raise StoreError(str(exc)) from exc
+                    raise translate_error(exc, self.path) from exc
                 if time.monotonic() >= deadline:
                     raise StoreUnavailable(
-                        f"SQLite database {self.path!r} stayed locked for {self.lock_budget_s}s"
+                        f"SQLite database {self.path!r} stayed locked by another connection for"
+                        f" {self.lock_budget_s:g}s (lock_timeout_s); retry later"
                     ) from exc
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.02)
@@ -258,18 +305,20 @@ class SQLiteDB:
         async with self._lock:
             conn = self._connection()
             await self._retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"))
-            tx = _SQLiteTx(conn, self._clock() if now is None else now)
+            tx = _SQLiteTx(conn, self._clock() if now is None else now, self.path)
             try:
                 yield tx
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # an I/O error may have rolled it back already
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
                 raise
             try:
-                await _commit_off_loop(conn)
+                conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                raise StoreError(f"commit failed: {exc}") from exc
+                raise translate_error(exc, self.path) from exc
         if tx.channels:
             self._signals.bump(*tx.channels)
 
@@ -317,30 +366,6 @@ class SQLiteDB:
                 conn.execute("ROLLBACK")
                 raise
         return applied
-
-
-async def _commit_off_loop(conn: sqlite3.Connection) -> None:
-    """COMMIT in a worker thread: with ``synchronous=FULL`` it waits for an fsync, and the event
-    loop keeps running tasks meanwhile (one thread hop per transaction, never per statement;
-    the caller holds the connection lock throughout, so nothing else touches the connection).
-
-    The commit cannot be abandoned half way: a cancellation that arrives meanwhile is held until
-    the commit has finished and then delivered at the caller's next await, exactly as it would
-    have been had the commit run on the loop thread.
-    """
-    commit = asyncio.get_running_loop().run_in_executor(None, conn.execute, "COMMIT")
-    cancelled = False
-    try:
-        while not commit.done():
-            try:
-                await asyncio.shield(commit)
-            except asyncio.CancelledError:
-                cancelled = True
-        commit.result()  # the commit's own error, if any
-    finally:
-        task = asyncio.current_task()
-        if cancelled and task is not None:
-            task.cancel()
 
 
 def _split_statements(script: str) -> list[str]:
