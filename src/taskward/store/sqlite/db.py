@@ -28,9 +28,9 @@ from typing import Any, Final, TypeVar
 from taskward.canonical import loads
 from taskward.errors import StoreError, StoreUnavailable
 from taskward.loops import raise_if_cancelling
-from taskward.store.guarded import build_run_update
+from taskward.store.guarded import build_run_update, build_run_update_many
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
-from taskward.store.port import JSON_COLUMNS, ConcurrencyKeyBusy, Params, Row
+from taskward.store.port import JSON_COLUMNS, ConcurrencyKeyBusy, Params, Row, RunUpdate
 from taskward.store.queries import load_queries
 from taskward.store.signals import Signal, Signals
 
@@ -170,6 +170,20 @@ class _SQLiteTx:
         except sqlite3.Error as exc:
             raise translate_error(exc, self._path) from exc
         return row
+
+    async def run_update_many(
+        self, items: Sequence[RunUpdate], returning: Sequence[str] = ()
+    ) -> list[Row]:
+        sql, params = build_run_update_many(items, returning, dialect="sqlite")
+        try:
+            rows: list[Row] = self._conn.execute(sql, params).fetchall()
+        except sqlite3.IntegrityError as exc:
+            if "schedule_runs.concurrency_key" in str(exc):
+                raise ConcurrencyKeyBusy(str(exc)) from exc
+            raise translate_error(exc, self._path) from exc
+        except sqlite3.Error as exc:
+            raise translate_error(exc, self._path) from exc
+        return rows
 
 
 class SQLiteDB:
@@ -314,7 +328,7 @@ class SQLiteDB:
                         conn.execute("ROLLBACK")
                 raise
             try:
-                conn.execute("COMMIT")
+                await _commit_off_loop(conn)
             except sqlite3.Error as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -366,6 +380,30 @@ class SQLiteDB:
                 conn.execute("ROLLBACK")
                 raise
         return applied
+
+
+async def _commit_off_loop(conn: sqlite3.Connection) -> None:
+    """COMMIT in a worker thread: with ``synchronous=FULL`` it waits for an fsync, and the event
+    loop keeps running tasks meanwhile (one thread hop per transaction, never per statement;
+    the caller holds the connection lock throughout, so nothing else touches the connection).
+
+    The commit cannot be abandoned half way: a cancellation that arrives meanwhile is held until
+    the commit has finished and then delivered at the caller's next await, exactly as it would
+    have been had the commit run on the loop thread.
+    """
+    commit = asyncio.get_running_loop().run_in_executor(None, conn.execute, "COMMIT")
+    cancelled = False
+    try:
+        while not commit.done():
+            try:
+                await asyncio.shield(commit)
+            except asyncio.CancelledError:
+                cancelled = True
+        commit.result()  # the commit's own error, if any
+    finally:
+        task = asyncio.current_task()
+        if cancelled and task is not None:
+            task.cancel()
 
 
 def _split_statements(script: str) -> list[str]:
