@@ -42,6 +42,7 @@ from taskward.canonical import canonical_json, dumps
 from taskward.errors import NotificationNotFound, NotificationNotRetryable, TaskValidationError
 from taskward.loops import raise_if_cancelling
 from taskward.store.port import Row, StateDB
+from taskward.store.retry import Streak, loop_backoff
 
 log = logging.getLogger("taskward.outbox")
 
@@ -631,22 +632,27 @@ class OutboxDeliverer:
 
     async def run(self) -> None:
         """Deliver until ``stop()``: a pass, then a wait of ``poll_interval_s`` (none after a
-        full batch). A failing pass is logged and retried on the next one."""
+        full batch). A failing pass (the store may be away) is logged and retried after a
+        backoff that grows with each consecutive failure."""
         if self.state is not DelivererState.NEW:
             raise RuntimeError(f"this deliverer is {self.state.value}; create a new one")
         self.state = DelivererState.RUNNING
+        streak = Streak(loop_backoff(self.config.poll_interval_s), what="outbox pass", logger=log)
         try:
             while not self._stopping.is_set():
                 raise_if_cancelling()
+                wait_s = self.config.poll_interval_s
                 try:
                     counts = await self.run_once()
-                except Exception as exc:  # the store may be briefly away
-                    log.warning("outbox pass failed: %r", exc)
+                except Exception as exc:
                     counts = {}
+                    wait_s = streak.failed(exc)
+                else:
+                    streak.succeeded()
                 if counts.get("claimed", 0) >= self.config.batch_size:
                     continue
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.config.poll_interval_s):
+                    async with asyncio.timeout(wait_s):
                         await self._stopping.wait()
         finally:
             self.state = DelivererState.STOPPED

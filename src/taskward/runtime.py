@@ -5,6 +5,11 @@ One worker runtime with bounded concurrency (DESIGN.md "One system, not three").
 first SIGTERM/SIGINT drains (stop claiming, finish active tasks, exit 0); a second one cancels
 the active tasks cooperatively (each reports a retryable failure, R10). Memory pressure stops
 claiming, drains and exits with ``EXIT_MEMORY_PRESSURE`` for the supervisor to restart.
+
+A store that is away (``StoreUnavailable``) stops nothing: every loop here (heartbeat, reapers,
+cancellation forwarding, outbox, scheduler, burst watch) backs off exponentially with jitter and
+carries on, and the host retries claims, summaries and acknowledgements until the store is back
+(``taskward.store.retry``). No task fails because the store was away.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from taskward.outbox import OutboxConfig, OutboxDeliverer
 from taskward.registry import TaskAdapterRegistry
 from taskward.schedules import Scheduler
 from taskward.store.port import StateDB
+from taskward.store.retry import STORE_BACKOFF, Streak, loop_backoff, retry_while_unavailable
 from taskward.worker import register_heartbeat, watch_cancellations
 
 log = logging.getLogger("taskward.runtime")
@@ -166,20 +172,37 @@ class WorkerRuntime:
         return counts
 
     async def _every(self, interval_s: float, action: Callable[[], Any], name: str) -> None:
+        """Run ``action`` every ``interval_s``; after a failure (the store may be away) wait
+        longer each time, up to ``LOOP_CAP_S``, and carry on."""
+        streak = Streak(loop_backoff(interval_s), what=name, logger=log)
         while True:
             raise_if_cancelling()
             try:
                 await action()
-            except Exception as exc:  # the store may be briefly away; try again next time
-                log.warning("%s failed: %r", name, exc)
+            except Exception as exc:
+                await asyncio.sleep(streak.failed(exc))
+                continue
+            streak.succeeded()
             await asyncio.sleep(interval_s)
+
+    async def _supervised(self, run: Callable[[], Any], name: str) -> None:
+        """Keep a long-running loop alive: restart it, with backoff, if it ever raises."""
+        streak = Streak(loop_backoff(self.config.idle_wait_s), what=name, logger=log)
+        while True:
+            raise_if_cancelling()
+            try:
+                await run()
+            except Exception as exc:
+                await asyncio.sleep(streak.failed(exc))
 
     async def _burst_watch(self) -> None:
         """With exit_when_idle: stop claiming once a claim pass finds nothing and no task runs."""
         while True:
             raise_if_cancelling()
             await asyncio.sleep(self.config.idle_wait_s)
-            if self.host.active_count == 0 and not await self._has_claimable():
+            if self.host.active_count == 0 and not await retry_while_unavailable(
+                self._has_claimable, what="burst idle check", logger=log
+            ):
                 self.host.stop_claiming("idle")
                 return
 
@@ -211,7 +234,13 @@ class WorkerRuntime:
 
     async def run(self) -> int:
         """Serve until drained; returns the process exit code."""
-        await self.heartbeat()
+        await retry_while_unavailable(
+            self.heartbeat,
+            what="first heartbeat",
+            backoff=STORE_BACKOFF,
+            budget_s=self.config.heartbeat_ttl,
+            logger=log,
+        )
         background = [
             asyncio.create_task(
                 self._every(self.config.heartbeat_interval_s, self.heartbeat, "heartbeat")
@@ -220,8 +249,11 @@ class WorkerRuntime:
                 self._every(self.config.reap_interval_s, self.maintain_once, "reaper")
             ),
             asyncio.create_task(
-                watch_cancellations(
-                    self.db, lambda: self.source.tokens, poll_s=self.config.cancel_poll_s
+                self._supervised(
+                    lambda: watch_cancellations(
+                        self.db, lambda: self.source.tokens, poll_s=self.config.cancel_poll_s
+                    ),
+                    "cancellation forwarding",
                 )
             ),
         ]

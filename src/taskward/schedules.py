@@ -47,6 +47,7 @@ from taskward.loops import raise_if_cancelling
 from taskward.models import DEFAULT_EXECUTION_TARGET, TaskApplication
 from taskward.registry import TaskAdapterRegistry
 from taskward.store.port import Row, StateDB
+from taskward.store.retry import Streak, loop_backoff
 
 log = logging.getLogger("taskward.schedules")
 
@@ -646,16 +647,20 @@ class Scheduler:
         if self.state is not SchedulerState.NEW:
             raise RuntimeError(f"this scheduler is {self.state.value}; create a new one")
         self.state = SchedulerState.RUNNING
+        streak = Streak(loop_backoff(self.interval_s), what="scheduler pass", logger=log)
         try:
             while not self._stop.is_set():
                 raise_if_cancelling()
+                wait_s = self.interval_s
                 try:
                     await self.run_once()
-                except Exception as exc:  # the store may be briefly away; try again next time
+                except Exception as exc:  # the store may be away: back off, try again
                     self.metrics.errors += 1
-                    log.warning("scheduler pass failed: %r", exc)
+                    wait_s = streak.failed(exc)
+                else:
+                    streak.succeeded()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), self.interval_s)
+                    await asyncio.wait_for(self._stop.wait(), wait_s)
         finally:
             self.state = SchedulerState.STOPPED
 

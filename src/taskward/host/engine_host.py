@@ -11,6 +11,9 @@ Rules enforced here:
 - success: facts, best-effort narrative, ``SummaryStore.write``, then ``complete`` (D4);
 - failure: best-effort ``mark_pending`` then ``fail``; errors of both are kept and logged (D4);
 - a host shutdown reports a retryable failure, never a cancelled task (R10);
+- a store that is away (``StoreUnavailable``) fails no task: claims back off and retry, and a
+  summary or acknowledgement is retried until the store answers (it is idempotent: the
+  acknowledgement is judged by the lease, R4);
 - ``should_stop_claiming`` stops new claims without cancelling active tasks; ``drain()``
   returns once every active job's acknowledgement path has settled (D3, D5).
 """
@@ -29,6 +32,7 @@ from typing import Any
 from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
 from taskward.host.ports import SummaryStore, TaskSource
 from taskward.loops import raise_if_cancelling
+from taskward.store.retry import STORE_BACKOFF, Streak, retry_while_unavailable
 
 log = logging.getLogger("taskward.host")
 
@@ -110,6 +114,7 @@ class ResidentEngineHost:
         self._claims_settled = asyncio.Event()
         self._claims_settled.set()
         self._shutdown = False
+        self._claim_streak = Streak(STORE_BACKOFF, what="claim", logger=None)
 
     # -- public ----------------------------------------------------------------------------
 
@@ -175,16 +180,20 @@ class ResidentEngineHost:
 
     async def _claim(self, free: int) -> list[Task]:
         claim_many = getattr(self.source, "claim_many", None)
-        try:
-            if claim_many is not None:
-                tasks: list[Task] = list(await claim_many(free))
-            else:
-                task = await self.source.claim()
-                tasks = [task] if task is not None else []
-        except Exception as exc:  # a store hiccup must not kill the host
-            self._keep_error(f"claim failed: {exc!r}")
-            await asyncio.sleep(min(self.idle_wait_s, 1.0))
-            return []
+        while True:
+            try:
+                if claim_many is not None:
+                    tasks: list[Task] = list(await claim_many(free))
+                else:
+                    task = await self.source.claim()
+                    tasks = [task] if task is not None else []
+                break
+            except Exception as exc:  # a store hiccup must not kill the host: back off, retry
+                self._keep_error(f"claim failed: {exc!r}")
+                await asyncio.sleep(self._claim_streak.failed(exc))
+                if self._stopping:
+                    return []
+        self._claim_streak.succeeded()
         if len(tasks) > free:  # a misbehaving source must not make us exceed the bound
             raise RuntimeError(f"source returned {len(tasks)} tasks for {free} free slots")
         self.stats.claimed += len(tasks)
@@ -361,7 +370,9 @@ class ResidentEngineHost:
             summary = SessionSummary(
                 facts=facts, narrative=narrative, manifest_ref=manifest_ref_for(task)
             )
-            await self.summaries.write(key, summary)
+            await retry_while_unavailable(
+                lambda: self.summaries.write(key, summary), what=f"task {task.id}: summary"
+            )
         except Exception as exc:
             await self._report_failure(
                 task,
@@ -373,10 +384,13 @@ class ResidentEngineHost:
             return
         try:
             ack = await asyncio.shield(
-                self.source.complete(
-                    task.id,
-                    task.lease_id,
-                    TaskResult(run_id=key, status="completed", summary_ref=key),
+                retry_while_unavailable(
+                    lambda: self.source.complete(
+                        task.id,
+                        task.lease_id,
+                        TaskResult(run_id=key, status="completed", summary_ref=key),
+                    ),
+                    what=f"task {task.id}: complete",
                 )
             )
         except Exception as exc:
@@ -390,7 +404,10 @@ class ResidentEngineHost:
         except Exception as exc:
             self._keep_error(f"task {task.id}: mark_pending failed: {exc!r}")
         try:
-            ack = await self.source.fail(task.id, task.lease_id, failure)
+            ack = await retry_while_unavailable(
+                lambda: self.source.fail(task.id, task.lease_id, failure),
+                what=f"task {task.id}: fail",
+            )
         except Exception as exc:
             self._keep_error(f"task {task.id}: fail acknowledgement failed: {exc!r}")
             return
