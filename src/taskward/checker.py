@@ -55,12 +55,14 @@ operator's ``transition_task``) are held to (1) only. Facts that do not leave ``
 cancelling an unowned ``queued``/``retry_wait`` row, promoting a retry -- are written under no
 lease and are not part of this invariant.
 
-Known limits: the ceiling checks read the ceiling stored now, so lowering ``max_attempts`` after
-work ran reports rows that were legal when written; "unless purged" cannot tell a purged outbox
-row from one never written, so the caller says whether finished rows were purged; summaries are
-required of every completed run, which only the resident host writes (the ADR-0071 worker
-functions complete without one) -- pass ``require_summaries=False`` for those, and completed
-facts that cite a summary are still held to it.
+Known limits: the ceiling checks read the ceiling stored now. The idle rows a lowered ceiling
+strands are ended by the reapers (``queued -> skipped``, reason ``attempt_ceiling``), so none is
+reported once they ran; but a row that ran more attempts than a ceiling lowered later is still
+reported as ``attempts_above_ceiling``, though it was legal when written. "Unless purged" cannot
+tell a purged outbox row from one never written, so the caller says whether finished rows were
+purged. Summaries are required of every completed run (both the resident host and the ADR-0071
+``claim_and_execute`` write one first); ``require_summaries=False`` is for stores written by an
+older taskward, and completed facts that cite a summary are still held to it.
 """
 
 from __future__ import annotations

@@ -4,18 +4,24 @@ These keep the records' signatures (plus ``registry=``) for callers that drive a
 tick at a time. ``claim_and_execute`` runs its claims one after another, as the record says;
 the ``taskward worker`` process is the resident host instead (``taskward.host``), which claims
 through the same ``claims.claim_runs`` and finishes through the same ``execution.settle_lease``.
+Like the host, a completed run writes its summary (``LocalSummaryStore``, session key
+``<task-id>:<attempt>``) before its completion is acknowledged (ADR-0037 D4).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
+from typing import Any, cast
 
 from taskward.adapters import build_registry
 from taskward.claims import (
@@ -28,11 +34,13 @@ from taskward.claims import (
     new_worker_id,
 )
 from taskward.execution import RetryPolicy, execute_lease, settle_lease
+from taskward.host.local import LocalSummaryStore
+from taskward.host.models import SessionSummary
 from taskward.loops import raise_if_cancelling
 from taskward.maintenance.reaper import reap_expired_leases
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.settings import get_max_attempts
-from taskward.store.port import StateDB
+from taskward.store.port import Row, StateDB, Tx
 
 __all__ = [
     "DEFAULT_HEARTBEAT_TTL_SECONDS",
@@ -127,6 +135,80 @@ async def watch_cancellations(
         await signal.wait(seen, poll_s)
 
 
+class _AtTime:
+    """The store as seen at one injected time (R9): every transaction and single statement runs
+    with ``now``, so a summary written under injected time is stamped with it."""
+
+    def __init__(self, db: StateDB, now: float) -> None:
+        self._db = db
+        self._now = now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    def transaction(self, *, now: float | None = None) -> AbstractAsyncContextManager[Tx]:
+        return self._db.transaction(now=self._now if now is None else now)
+
+    async def fetchone(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        return await self._db.fetchone(name, {"now": self._now, **(params or {})})
+
+    async def fetchall(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        return await self._db.fetchall(name, {"now": self._now, **(params or {})})
+
+
+async def write_summary(
+    db: StateDB,
+    lease: Lease,
+    result: TaskExecutionResult,
+    *,
+    started_at: float,
+    started_mono: float,
+    now: float | None = None,
+) -> TaskExecutionResult:
+    """Write the complete summary of a completed run before its completion (ADR-0037 D4).
+
+    Returns the result to acknowledge: the adapter's, citing the summary, or -- when the summary
+    could not be written -- a retryable failure, never a completion without one (D4).
+    """
+    key = f"{lease.task_id}:{lease.attempt}"  # the run id (R10), as the host's session key
+    ended_at = time.time()
+    facts = {
+        "task_id": lease.task_id,
+        "attempt": lease.attempt,
+        "run_id": key,
+        "started_at": datetime.fromtimestamp(started_at, UTC).isoformat(),
+        "ended_at": datetime.fromtimestamp(ended_at, UTC).isoformat(),
+        "elapsed_ms": round((time.monotonic() - started_mono) * 1000, 3),
+        "operation_statuses": {lease.action_kind: result.status},
+        "artifact_refs": list(result.evidence_refs),
+        "usage": {},
+        "degraded": False,
+        "degrade_reason": "",
+    }
+    summary = SessionSummary(
+        facts=facts,
+        narrative=None,
+        manifest_ref=f"taskward:schedule_runs/{lease.task_id}?attempt={lease.attempt}",
+    )
+    try:
+        store = db if now is None else cast(StateDB, _AtTime(db, now))
+        await LocalSummaryStore(store).write(key, summary)
+    except Exception as exc:
+        log.warning("task %s: summary %s not written: %r", lease.task_id, key, exc)
+        return TaskExecutionResult(
+            status="failed",
+            retryable=True,
+            exit_code=result.exit_code,
+            error_detail=f"summary_failed: summary not written: {exc!r}",
+            invocation_id=result.invocation_id,
+            evidence_refs=list(result.evidence_refs),
+        )
+    return dataclasses.replace(
+        result,
+        evidence_refs=[*result.evidence_refs, {"kind": "summary", "session_key": key}],
+    )
+
+
 async def run_lease(
     db: StateDB,
     spec: WorkerSpec,
@@ -138,10 +220,16 @@ async def run_lease(
     policy: RetryPolicy,
     now: float | None = None,
 ) -> str:
-    """Execute one lease and settle it; returns the status the row ended in."""
+    """Execute one lease and settle it; returns the status the row ended in. A completed run
+    writes its summary first (ADR-0037 D4)."""
     row = await db.fetchone("run_get", {"id": lease.task_id})
     assert row is not None
+    started_at, started_mono = time.time(), time.monotonic()
     result = await execute_lease(registry, row, lease, cancellation=token)
+    if result.status == "completed":
+        result = await write_summary(
+            db, lease, result, started_at=started_at, started_mono=started_mono, now=now
+        )
     transition = await settle_lease(
         db, lease, result, actor=spec.actor, max_attempts=max_attempts, policy=policy, now=now
     )

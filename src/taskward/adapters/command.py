@@ -21,6 +21,7 @@ from taskward.adapters.process import (
     run_process,
     task_args,
     validate_argv,
+    validate_memory_limit,
     validate_process_args,
 )
 from taskward.errors import TaskValidationError
@@ -30,7 +31,9 @@ _NO_ALLOWLIST = "none (set TASKWARD_COMMAND_ALLOWLIST)"
 
 
 class CommandAdapter:
-    """``args``: ``argv`` (list of strings), optional ``cwd``, ``env`` and ``timeout_s``."""
+    """``args``: ``argv`` (list of strings), optional ``cwd``, ``env``, ``timeout_s`` and
+    ``memory_limit_mb`` (the child's address space, ``RLIMIT_AS``; going past it is a
+    retryable failure)."""
 
     action_kind = "command"
 
@@ -70,6 +73,7 @@ class CommandAdapter:
                 ),
             )
         validate_process_args(args, allow_loader_env=self.allowlist is None)
+        validate_memory_limit(args)
 
     async def execute(
         self, task: dict[str, Any], *, cancellation: CancellationToken
@@ -89,4 +93,5 @@ class CommandAdapter:
             timeout_s=args.get("timeout_s"),
             cancellation=cancellation,
             kill_grace_s=self.kill_grace_s,
+            memory_limit_mb=validate_memory_limit(args),
         )

@@ -6,8 +6,17 @@ a grace period, then SIGKILL whatever is left, so grandchildren do not outlive t
 Stragglers a leader leaves behind when it exits on its own are ended the same way. A bare
 executable name is resolved on the worker's own PATH, never on a PATH the task's ``env`` sets.
 
+A memory limit (``memory_limit_mb``) caps the child's address space with ``RLIMIT_AS``, which
+its descendants inherit. Going past it is a resource fault like a deadline (R5): a retryable
+failure, so a memory bomb is retried until the attempt ceiling ends it, while a plain non-zero
+exit fails at once (ADR-0071 D4).
+
 Known limits: POSIX only. A descendant that starts a session of its own (``setsid``, a daemon)
-leaves the group and is not tracked.
+leaves the group and is not tracked. ``RLIMIT_AS`` raises no signal: the kernel only refuses the
+allocation, so a breach is recognised by how the program dies -- killed by SIGSEGV, SIGBUS or
+SIGABRT, or its output naming an allocation failure (``MemoryError``, ``out of memory``,
+``Cannot allocate memory``, ``bad_alloc``, ``memory allocation of``). A program that swallows the
+failure and exits non-zero otherwise is a plain failure.
 """
 
 from __future__ import annotations
@@ -16,11 +25,13 @@ import asyncio
 import contextlib
 import json
 import os
+import re
+import resource
 import shutil
 import signal
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
@@ -35,6 +46,13 @@ _READ_CHUNK: Final = 4096
 # Variables that make the dynamic loader run code of the submitter's choosing inside an
 # allowlisted executable; refused wherever an allowlist (or a fixed launcher) fences what runs.
 _LOADER_ENV_PREFIXES: Final = ("LD_", "DYLD_")
+# How a program under RLIMIT_AS dies when an allocation is refused (see the module docstring).
+_MEMORY_SIGNALS: Final = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT})
+_MEMORY_MARKERS: Final = re.compile(
+    r"MemoryError|out of memory|Cannot allocate memory|bad_alloc|memory allocation of",
+    re.IGNORECASE,
+)
+MAX_MEMORY_LIMIT_MB: Final = 1 << 30  # 1 PiB: beyond any real address space
 
 
 def task_args(task: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,6 +116,43 @@ def validate_process_args(
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
     ):
         raise TaskValidationError(f"{prefix}.timeout_s", timeout, "a positive number of seconds")
+
+
+def validate_memory_limit(args: Mapping[str, Any], *, prefix: str = "args") -> float | None:
+    """Check ``memory_limit_mb`` (a number of MiB > 0); returns it, or None when absent.
+
+    Raises:
+        TaskValidationError: not a positive number of MiB.
+    """
+    limit = args.get("memory_limit_mb")
+    if limit is None:
+        return None
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int | float)
+        or not 0 < limit <= MAX_MEMORY_LIMIT_MB
+    ):
+        raise TaskValidationError(
+            f"{prefix}.memory_limit_mb", limit, f"a number of MiB > 0 and <= {MAX_MEMORY_LIMIT_MB}"
+        )
+    return float(limit)
+
+
+def _address_space_limit(limit_mb: float) -> Callable[[], None]:
+    """Runs in the forked child before exec: only a system call, nothing that takes a lock."""
+    limit = max(1, int(limit_mb * 1024 * 1024))
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
+def _memory_breach(code: int | None, output: str) -> bool:
+    """Whether a failed child under a memory limit died of it (see the module docstring)."""
+    if code is not None and code < 0 and -code in _MEMORY_SIGNALS:
+        return True
+    return bool(_MEMORY_MARKERS.search(output))
 
 
 def resolve_executable(name: str) -> str | None:
@@ -211,12 +266,14 @@ async def run_process(
     timeout_s: float | None = None,
     cancellation: CancellationToken,
     kill_grace_s: float = KILL_GRACE_S,
+    memory_limit_mb: float | None = None,
 ) -> TaskExecutionResult:
     """Run ``argv``: exit 0 is completed, non-zero failed, timeout timed_out, cancel cancelled.
 
     ``env`` is merged over the worker's environment. The evidence holds the exit code, timing
     and the last OUTPUT_TAIL_BYTES of stdout and stderr (interleaved). A program that cannot
-    start is a failed result, never an exception.
+    start is a failed result, never an exception. With ``memory_limit_mb`` the child runs under
+    ``RLIMIT_AS``; dying of it is a retryable failure.
     """
     if cancellation.is_cancelled:
         return TaskExecutionResult(
@@ -243,6 +300,7 @@ async def run_process(
             stdout=write_fd,
             stderr=write_fd,
             start_new_session=True,
+            preexec_fn=None if memory_limit_mb is None else _address_space_limit(memory_limit_mb),
         )
     except (OSError, ValueError) as exc:
         os.close(read_fd)
@@ -291,6 +349,7 @@ async def run_process(
             "output_bytes": tail.total,
             "output_truncated": tail.total > OUTPUT_TAIL_BYTES,
             "output_tail": output,
+            "memory_limit_mb": memory_limit_mb,
         }
     ]
     if outcome == "cancelled":
@@ -313,6 +372,15 @@ async def run_process(
     detail = _exit_text(code)
     if output.strip():
         detail += "\n" + output[-ERROR_DETAIL_CHARS:]
+    if memory_limit_mb is not None and _memory_breach(code, output):
+        # A resource fault, like a deadline (R5): retried until the attempt ceiling.
+        return TaskExecutionResult(
+            status="failed",
+            exit_code=code,
+            error_detail=f"memory limit of {memory_limit_mb:g} MiB exceeded ({detail})",
+            evidence_refs=evidence,
+            retryable=True,
+        )
     return TaskExecutionResult(
         status="failed", exit_code=code, error_detail=detail, evidence_refs=evidence
     )
