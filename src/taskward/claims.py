@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from taskward.capabilities import affinity_score, capability_class, worker_can_serve
+from taskward.groupcommit import GroupCommit
 from taskward.models import Actor, StateReason, TransitionRequest
 from taskward.settings import DEFAULT_MAX_ATTEMPTS
-from taskward.store.port import Row, StateDB
+from taskward.store.port import Row, StateDB, Tx
 from taskward.transitions import (
     LostToConcurrencyKey,
     apply_transition,
@@ -105,7 +106,7 @@ class Lease:
 
 
 async def find_candidates(
-    db: StateDB, spec: WorkerSpec, *, limit: int, max_attempts: int
+    db: StateDB | Tx, spec: WorkerSpec, *, limit: int, max_attempts: int
 ) -> list[Row]:
     """Eligible queued rows in claim order (affinity first, then oldest)."""
     candidates: list[Row] = []
@@ -208,73 +209,95 @@ async def claim_batch(
     blocked: set[str] = set()
     if keyed:
         blocked = {r["concurrency_key"] for r in await db.fetchall("run_running_concurrency_keys")}
-    claimed: list[tuple[int, Claimed]] = []
     async with db.transaction(now=now) as tx:
-        lockable = await tx.fetchall(
-            "run_lock_candidates", {"ids": json.dumps([r["id"] for r in candidates])}
+        return await _claim_in(tx, spec, candidates, blocked, limit=limit)
+
+
+async def _claim_in(
+    tx: Tx, spec: WorkerSpec, candidates: Sequence[Row], blocked: set[str], *, limit: int
+) -> list[Claimed]:
+    """The claim writes of one pass, inside its transaction (see ``claim_batch``)."""
+    claimed: list[tuple[int, Claimed]] = []
+    lockable = await tx.fetchall(
+        "run_lock_candidates", {"ids": json.dumps([r["id"] for r in candidates])}
+    )
+    free = {r["id"] for r in lockable}
+    plain: list[tuple[int, Row]] = []  # rows without a serialization key: claimed together
+    for position, row in enumerate(candidates):
+        if len(claimed) + len(plain) >= limit:
+            break
+        if row["id"] not in free:
+            continue  # another claimer holds it, or it is no longer queued
+        key = row.get("concurrency_key")
+        if key is None:
+            plain.append((position, row))
+            continue
+        if key in blocked:
+            continue
+        blocked.add(key)  # stays blocked for the rest of the pass
+        request, guard, patch, lease = _claim_request(spec, row, now=tx.now)
+        try:
+            async with tx.savepoint():
+                result, updated = await apply_transition(
+                    tx,
+                    request,
+                    guard=guard,
+                    patch=patch,
+                    digest=request_hash(request),
+                    returning=("*",),
+                )
+        except LostToConcurrencyKey:
+            continue
+        if result.applied and not result.replayed and updated is not None:
+            claimed.append((position, Claimed(lease=lease, row=updated)))
+    if plain:
+        # One set-based compare-and-swap for all of them, each on its own guard, then
+        # every fact and event in one pipelined round (transitions.apply_transitions).
+        requests = [_claim_request(spec, row, now=tx.now) for _, row in plain]
+        applied = await apply_transitions(
+            tx,
+            [
+                (request, guard, patch, request_hash(request))
+                for request, guard, patch, _ in requests
+            ],
+            returning=("*",),
         )
-        free = {r["id"] for r in lockable}
-        plain: list[tuple[int, Row]] = []  # rows without a serialization key: claimed together
-        for position, row in enumerate(candidates):
-            if len(claimed) + len(plain) >= limit:
-                break
-            if row["id"] not in free:
-                continue  # another claimer holds it, or it is no longer queued
-            key = row.get("concurrency_key")
-            if key is None:
-                plain.append((position, row))
-                continue
-            if key in blocked:
-                continue
-            blocked.add(key)  # stays blocked for the rest of the pass
-            request, guard, patch, lease = _claim_request(spec, row, now=tx.now)
-            try:
-                async with tx.savepoint():
-                    result, updated = await apply_transition(
-                        tx,
-                        request,
-                        guard=guard,
-                        patch=patch,
-                        digest=request_hash(request),
-                        returning=("*",),
-                    )
-            except LostToConcurrencyKey:
-                continue
+        for (position, _), (_, _, _, lease), (result, updated) in zip(
+            plain, requests, applied, strict=True
+        ):
             if result.applied and not result.replayed and updated is not None:
                 claimed.append((position, Claimed(lease=lease, row=updated)))
-        if plain:
-            # One set-based compare-and-swap for all of them, each on its own guard, then
-            # every fact and event in one pipelined round (transitions.apply_transitions).
-            requests = [_claim_request(spec, row, now=tx.now) for _, row in plain]
-            applied = await apply_transitions(
-                tx,
-                [
-                    (request, guard, patch, request_hash(request))
-                    for request, guard, patch, _ in requests
-                ],
-                returning=("*",),
-            )
-            for (position, _), (_, _, _, lease), (result, updated) in zip(
-                plain, requests, applied, strict=True
-            ):
-                if result.applied and not result.replayed and updated is not None:
-                    claimed.append((position, Claimed(lease=lease, row=updated)))
     claimed.sort(key=lambda pair: pair[0])  # claim order: affinity, then oldest
     return [claim for _, claim in claimed]
 
 
 async def claim_rows(
-    db: StateDB, spec: WorkerSpec, *, limit: int = CLAIM_CAP, now: float | None = None
+    db: StateDB,
+    spec: WorkerSpec,
+    *,
+    limit: int = CLAIM_CAP,
+    now: float | None = None,
+    group: GroupCommit | None = None,
 ) -> list[Claimed]:
     """Claim up to ``min(limit, 20)`` runs this worker can serve; never blocks.
 
     One round trip reads the pass's time (R9: the store's clock, once), this worker's heartbeat
     and the attempt ceiling (R6); then candidates are paged and claimed in one transaction. A
     lost claim or a concurrent cancel is skipped and not retried in this pass.
+
+    With ``group`` the whole pass — reads and writes — runs as one unit of a shared group
+    commit, so a worker's claims and its acknowledgements share commits (on SQLite, fsyncs);
+    the pass's time is then the shared transaction's. Any error sends the pass down the
+    ordinary path, unchanged.
     """
     limit = min(limit, CLAIM_CAP)
     if limit <= 0:
         return []
+    if group is not None and now is None:
+        return await group.run(
+            lambda tx: _claim_pass(tx, spec, limit),
+            fallback=lambda: claim_rows(db, spec, limit=limit),
+        )
     context = await db.fetchone("claim_context", {"worker_id": spec.worker_id, "now": now})
     assert context is not None
     now = float(context["now"])
@@ -286,6 +309,23 @@ async def claim_rows(
     if not candidates:
         return []
     return await claim_batch(db, spec, candidates, limit=limit, now=now)
+
+
+async def _claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
+    """``claim_rows`` inside an open (shared) transaction."""
+    context = await tx.fetchone("claim_context", {"worker_id": spec.worker_id, "now": tx.now})
+    assert context is not None
+    last = context["last_heartbeat_at"]
+    if last is not None and tx.now - float(last) > spec.heartbeat_ttl:
+        return []  # a known worker with a stale heartbeat claims nothing (ADR-0071 D4)
+    max_attempts = int(context["max_attempts"] or DEFAULT_MAX_ATTEMPTS)
+    candidates = await find_candidates(tx, spec, limit=limit, max_attempts=max_attempts)
+    if not candidates:
+        return []
+    blocked: set[str] = set()
+    if any(r.get("concurrency_key") for r in candidates):
+        blocked = {r["concurrency_key"] for r in await tx.fetchall("run_running_concurrency_keys")}
+    return await _claim_in(tx, spec, candidates, blocked, limit=limit)
 
 
 async def claim_runs(

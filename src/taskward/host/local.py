@@ -119,7 +119,8 @@ class LocalTaskSource:
         """Claim at most ``limit`` tasks (the host passes its free slots: no prefetch)."""
         self._seen = self._signal.seq
         tasks = []
-        for claimed in await claim_rows(self.db, self.spec, limit=limit):
+        # The claim pass shares commits with this source's acknowledgements and summaries.
+        for claimed in await claim_rows(self.db, self.spec, limit=limit, group=self._group):
             self._claims[claimed.lease.task_id] = ClaimedRun(row=claimed.row, lease=claimed.lease)
             tasks.append(self._task_for(claimed.row, claimed.lease))
         return tasks
