@@ -6,15 +6,10 @@ fixed sleep.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,63 +17,12 @@ import pytest
 import taskward
 from taskward.adapters import AdapterConfig, build_registry
 from taskward.store.port import StateDB
+from tests.worker_procs import wait_until, worker_argv, workers
 
-ROOT = Path(__file__).parents[2]
 MODULE = "tests.integration.worker_tasks"
 REGISTRY = build_registry(AdapterConfig(imports=(MODULE,)))
 
 pytestmark = pytest.mark.slow
-
-
-def worker_argv(url: str, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "taskward.cli.main",
-        "--db",
-        url,
-        "--import",
-        MODULE,
-        "worker",
-        "--quiet",
-        "--heartbeat-interval",
-        "0.2",
-        "--reap-interval",
-        "0.1",
-        "--retry-base",
-        "0.01",
-        *extra,
-    ]
-
-
-@contextmanager
-def workers(argvs: list[list[str]]) -> Iterator[list[subprocess.Popen[str]]]:
-    procs = [
-        subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        for argv in argvs
-    ]
-    try:
-        yield procs
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=30)
-
-
-async def wait_until(check: Callable[[], Awaitable[bool]], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def submit(db: StateDB, kind: str, args: dict[str, object]) -> str:
