@@ -186,6 +186,17 @@ class Supervisor:
         self.restarts += started
         return started
 
+    async def stop_when_serving(self, db: StateDB, timeout: float = 60.0) -> list[int]:
+        """``stop`` once every live worker is serving: one still starting up has no signal
+        handler yet, and SIGTERM would end it at once (-15) rather than drain it."""
+        await wait_until(
+            lambda: self._all_serving(db), timeout=timeout, what="every worker to serve"
+        )
+        return await asyncio.to_thread(self.stop, timeout)
+
+    async def _all_serving(self, db: StateDB) -> bool:
+        return len(await self.serving(db)) == len(self.live())
+
     def stop(self, timeout: float = 60.0) -> list[int]:
         """SIGTERM every worker (a drain) and wait; returns their exit codes."""
         for slot in self.slots:

@@ -103,7 +103,7 @@ async def test_sigkilled_workers_lose_nothing_and_never_claim_or_finish_twice(
             )
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{supervisor.logs()}") from None
-        codes = supervisor.stop()
+        codes = await supervisor.stop_when_serving(db)
         # faults off: no worker died unexpectedly, and each drained and exited 0
         assert supervisor.restarts == kills, supervisor.logs()
         assert codes == [0] * size.workers, supervisor.logs()

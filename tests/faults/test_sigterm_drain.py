@@ -1,0 +1,102 @@
+"""Issue 8 scenario 6: SIGTERM drains a busy host (ADR-0037 D3/D5).
+
+A worker holds as many running tasks as it has slots and has more queued behind them. SIGTERM
+stops its claims, lets every running task finish and acknowledge, and exits 0; the queued tasks
+stay queued, never claimed, until the next worker runs them. Nothing is lost and nothing is
+reported as a shutdown.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import taskward
+from taskward.store.port import StateDB
+from tests.faults.support import (
+    all_tasks,
+    fault_worker_argv,
+    process_env,
+    run_to_exit_async,
+    settle_and_check,
+    submit_many,
+)
+from tests.worker_procs import ROOT, wait_until
+
+pytestmark = pytest.mark.slow
+
+SLOTS = 8
+QUEUED_BEHIND = 16
+NAP_S = 0.8
+
+
+async def test_sigterm_drains_a_busy_host_finishing_every_running_task(
+    db: StateDB, db_url: str, tmp_path: Path
+) -> None:
+    acknowledged = await submit_many(
+        db, "nap", SLOTS + QUEUED_BEHIND, {"seconds": NAP_S, "timeout_s": 30}
+    )
+    argv = fault_worker_argv(db_url, "--concurrency", str(SLOTS), "--worker-id", "host:d7a1d7a1")
+    log = (tmp_path / "worker.log").open("w+")
+    host = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=process_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        await wait_until(
+            lambda: _running(db, SLOTS), timeout=60, what=f"{SLOTS} tasks to be running"
+        )
+        running = {r["id"] for r in await all_tasks(db) if r["status"] == "running"}
+        assert len(running) == SLOTS  # a full host: it claims nothing more until a slot frees
+        signalled = time.monotonic()
+        os.killpg(host.pid, signal.SIGTERM)
+        code = host.wait(timeout=60)
+        drained_in = time.monotonic() - signalled
+    finally:
+        if host.poll() is None:
+            os.killpg(host.pid, signal.SIGKILL)
+            host.wait()
+        log.seek(0)
+        output = log.read()
+        log.close()
+    assert code == 0, output
+    assert drained_in < NAP_S + 10, drained_in
+    assert "stopped (signal)" in output and "acknowledgements rejected 0" in output, output
+
+    rows = {r["id"]: r for r in await all_tasks(db)}
+    for task_id in running:  # every active task ran to its end: no shutdown, no retry
+        facts = await taskward.list_transitions(db, task_id)
+        assert [(f["status"], f["reason_code"]) for f in facts] == [
+            ("running", "claimed"),
+            ("completed", "completed"),
+        ], task_id
+    behind = [task_id for task_id in rows if task_id not in running]
+    for task_id in behind:  # never claimed after the signal: still queued, no attempt spent
+        assert rows[task_id]["status"] == "queued" and rows[task_id]["lease_attempts"] == 0
+
+    # the next worker runs the rest: nothing was lost
+    burst = await run_to_exit_async(
+        fault_worker_argv(db_url, "--concurrency", str(SLOTS), "--burst"),
+        process_env(),
+        timeout=120,
+    )
+    assert burst.returncode == 0, burst.stderr[-3000:]
+    for task_id in behind:
+        assert [f["status"] for f in await taskward.list_transitions(db, task_id)] == [
+            "running",
+            "completed",
+        ]
+    await settle_and_check(db, acknowledged=acknowledged)
+
+
+async def _running(db: StateDB, n: int) -> bool:
+    return (await taskward.reads.count_by_status(db)).get("running", 0) >= n
