@@ -22,9 +22,12 @@ async def _status_of(tx: Tx, task_id: str) -> str:
 async def test_units_arriving_together_share_commits(db: StateDB) -> None:
     ids = [await submit(db) for _ in range(20)]
     group = GroupCommit(db)
-    results = await asyncio.gather(*(
-        group.run(lambda tx, i=i: _status_of(tx, i), fallback=lambda: asyncio.sleep(0, "x"))
-        for i in ids))
+    results = await asyncio.gather(
+        *(
+            group.run(lambda tx, i=i: _status_of(tx, i), fallback=lambda: asyncio.sleep(0, "x"))
+            for i in ids
+        )
+    )
     assert results == ["queued"] * 20
     assert group.units == 20 and group.batches < 20
 
@@ -34,10 +37,14 @@ async def test_grouped_transitions_each_keep_their_fact_and_event(db: StateDB) -
     group = GroupCommit(db)
     from taskward.transitions import transition_at
 
-    results = await asyncio.gather(*(
-        transition_at(db, lambda _now, i=i: (request(i, "queued", "skipped"), {}, {}),
-                      group=group)
-        for i in ids))
+    results = await asyncio.gather(
+        *(
+            transition_at(
+                db, lambda _now, i=i: (request(i, "queued", "skipped"), {}, {}), group=group
+            )
+            for i in ids
+        )
+    )
     assert all(r.applied for r in results)
     assert group.batches < 12
     for task_id, result in zip(ids, results, strict=True):
@@ -56,8 +63,11 @@ async def test_a_failing_unit_is_retried_alone_and_the_others_still_apply(db: St
         return lambda _now: (request(task_id, "queued", "skipped"), {}, {})
 
     calls = [transition_at(db, build(i), group=group) for i in ids]
-    calls.append(transition_at(db, lambda _now: (request("missing", "queued", "skipped"), {}, {}),
-                               group=group))
+    calls.append(
+        transition_at(
+            db, lambda _now: (request("missing", "queued", "skipped"), {}, {}), group=group
+        )
+    )
     results = await asyncio.gather(*calls, return_exceptions=True)
     assert isinstance(results[-1], taskward.TaskNotFound)
     assert all(not isinstance(r, Exception) and r.applied for r in results[:-1])
@@ -72,15 +82,49 @@ async def test_a_replayed_key_in_a_batch_returns_the_original(db: StateDB) -> No
     from taskward.transitions import transition_at
 
     first = await transition_at(
-        db, lambda _now: (request(task_id, "queued", "skipped", key="k"), {}, {}), group=group)
+        db, lambda _now: (request(task_id, "queued", "skipped", key="k"), {}, {}), group=group
+    )
     again, applied = await asyncio.gather(
-        transition_at(db, lambda _now: (request(task_id, "queued", "skipped", key="k"), {}, {}),
-                      group=group),
-        transition_at(db, lambda _now: (request(other, "queued", "skipped"), {}, {}),
-                      group=group))
+        transition_at(
+            db, lambda _now: (request(task_id, "queued", "skipped", key="k"), {}, {}), group=group
+        ),
+        transition_at(db, lambda _now: (request(other, "queued", "skipped"), {}, {}), group=group),
+    )
     assert again.replayed and again.transition_id == first.transition_id
     assert applied.applied
     with pytest.raises(taskward.TransitionIdempotencyConflict):
         await transition_at(
-            db, lambda _now: (request(task_id, "queued", "cancelled", key="k"), {}, {}),
-            group=group)
+            db, lambda _now: (request(task_id, "queued", "cancelled", key="k"), {}, {}), group=group
+        )
+
+
+async def test_follow_up_units_join_the_next_batch_together(db: StateDB) -> None:
+    """Callers answered by one commit and submitting their next unit at once (a host writes a
+    summary, then completes) share the next batch, even when other work is already queued,
+    instead of trickling into the batch after it."""
+    ids = [await submit(db) for _ in range(16)]
+    group = GroupCommit(db)
+    extra: list[asyncio.Future[str]] = []
+
+    async def first_unit(tx: Tx, task_id: str) -> str:
+        if not extra:  # other work arrives while this batch is still committing
+            extra.append(
+                asyncio.ensure_future(
+                    group.run(lambda t: _status_of(t, ids[0]), fallback=lambda: asyncio.sleep(0))
+                )
+            )
+        return await _status_of(tx, task_id)
+
+    async def two_steps(task_id: str) -> tuple[str, str]:
+        first = await group.run(
+            lambda tx: first_unit(tx, task_id), fallback=lambda: asyncio.sleep(0, "fallback")
+        )
+        second = await group.run(
+            lambda tx: _status_of(tx, task_id), fallback=lambda: asyncio.sleep(0, "fallback")
+        )
+        return first, second
+
+    results = await asyncio.gather(*(two_steps(i) for i in ids))
+    assert results == [("queued", "queued")] * 16
+    assert await extra[0] == "queued"
+    assert (group.units, group.batches) == (33, 2)
