@@ -43,6 +43,9 @@ DEFAULT_LEASE_SLACK_SECONDS: Final = 30.0
 CLAIM_PAGE_SIZE: Final = 50
 CLAIM_SCAN_CAP: Final = 5000
 CLAIM_CAP: Final = 20
+# A pass whose candidates concurrent claimers took first scans on past them this many times
+# (each scan starts after the last row of the previous one) before it reports what it got.
+CONTENDED_RESCANS: Final = 3
 
 
 def new_worker_id() -> str:
@@ -105,13 +108,31 @@ class Lease:
         }
 
 
+Cursor = tuple[float | None, str | None]
+
+
 async def find_candidates(
     db: StateDB | Tx, spec: WorkerSpec, *, limit: int, max_attempts: int
 ) -> list[Row]:
     """Eligible queued rows in claim order (affinity first, then oldest)."""
+    candidates, _ = await _find(db, spec, limit=limit, max_attempts=max_attempts)
+    return candidates
+
+
+async def _find(
+    db: StateDB | Tx,
+    spec: WorkerSpec,
+    *,
+    limit: int,
+    max_attempts: int,
+    after: Cursor = (None, None),
+) -> tuple[list[Row], Cursor | None]:
+    """``find_candidates`` from ``after`` on; also returns where the next scan would start
+    (None when the queue was read to its end)."""
     candidates: list[Row] = []
     scanned = 0
-    cursor: tuple[float | None, str | None] = (None, None)
+    cursor = after
+    more = True
     kinds = json.dumps(sorted(set(spec.kinds)))
     # Without an affinity token every score is 0 and the order is the SQL's oldest-first, so
     # the first page need only hold the rows wanted plus a margin for rows a concurrent claimer
@@ -133,15 +154,17 @@ async def find_candidates(
         )
         scanned += len(page)
         candidates.extend(row for row in page if spec.serves(row))
+        if page:
+            cursor = (page[-1]["queued_at"], page[-1]["id"])
         if len(page) < page_size:
+            more = False
             break
-        cursor = (page[-1]["queued_at"], page[-1]["id"])
         page_size = CLAIM_PAGE_SIZE
     # Stable sort: descending affinity, the SQL's oldest-first order kept for ties.
     candidates.sort(
         key=lambda r: -affinity_score(r.get("required_capabilities"), spec.capabilities)
     )
-    return candidates
+    return candidates, cursor if more else None
 
 
 def _claim_request(
@@ -305,10 +328,26 @@ async def claim_rows(
     if last is not None and now - float(last) > spec.heartbeat_ttl:
         return []  # a known worker with a stale heartbeat claims nothing (ADR-0071 D4)
     max_attempts = int(context["max_attempts"] or DEFAULT_MAX_ATTEMPTS)
-    candidates = await find_candidates(db, spec, limit=limit, max_attempts=max_attempts)
-    if not candidates:
-        return []
-    return await claim_batch(db, spec, candidates, limit=limit, now=now)
+    claimed: list[Claimed] = []
+    after: Cursor | None = (None, None)
+    for _ in range(CONTENDED_RESCANS + 1):
+        wanted = limit - len(claimed)
+        candidates, after = await _find(
+            db, spec, limit=wanted, max_attempts=max_attempts, after=after or (None, None)
+        )
+        if not candidates:
+            break
+        got = await claim_batch(db, spec, candidates, limit=wanted, now=now)
+        claimed += got
+        if not _contended(got, candidates, wanted) or after is None:
+            break
+    return claimed
+
+
+def _contended(got: Sequence[Claimed], candidates: Sequence[Row], wanted: int) -> bool:
+    """Fewer claims than the candidates allowed: concurrent claimers took rows of this scan
+    first (or they changed under it). More queued rows may lie beyond it."""
+    return len(got) < min(wanted, len(candidates))
 
 
 async def _claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
@@ -319,13 +358,24 @@ async def _claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
     if last is not None and tx.now - float(last) > spec.heartbeat_ttl:
         return []  # a known worker with a stale heartbeat claims nothing (ADR-0071 D4)
     max_attempts = int(context["max_attempts"] or DEFAULT_MAX_ATTEMPTS)
-    candidates = await find_candidates(tx, spec, limit=limit, max_attempts=max_attempts)
-    if not candidates:
-        return []
-    blocked: set[str] = set()
-    if any(r.get("concurrency_key") for r in candidates):
-        blocked = {r["concurrency_key"] for r in await tx.fetchall("run_running_concurrency_keys")}
-    return await _claim_in(tx, spec, candidates, blocked, limit=limit)
+    claimed: list[Claimed] = []
+    blocked: set[str] | None = None
+    after: Cursor | None = (None, None)
+    for _ in range(CONTENDED_RESCANS + 1):
+        wanted = limit - len(claimed)
+        candidates, after = await _find(
+            tx, spec, limit=wanted, max_attempts=max_attempts, after=after or (None, None)
+        )
+        if not candidates:
+            break
+        if blocked is None and any(r.get("concurrency_key") for r in candidates):
+            rows = await tx.fetchall("run_running_concurrency_keys")
+            blocked = {r["concurrency_key"] for r in rows}
+        got = await _claim_in(tx, spec, candidates, blocked or set(), limit=wanted)
+        claimed += got
+        if not _contended(got, candidates, wanted) or after is None:
+            break
+    return claimed
 
 
 async def claim_runs(

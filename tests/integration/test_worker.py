@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 
@@ -11,8 +12,9 @@ import pytest
 import taskward
 from taskward import Actor, TaskExecutionResult
 from taskward.adapters import AdapterConfig, build_registry
-from taskward.claims import Lease, WorkerSpec, claim_runs
+from taskward.claims import Lease, WorkerSpec, claim_rows, claim_runs
 from taskward.execution import RetryPolicy, execute_lease, settle_lease
+from taskward.groupcommit import GroupCommit
 from taskward.maintenance.reaper import promote_due_retries, reap_deadlines
 from taskward.registry import CancellationToken, TaskAdapterRegistry
 from taskward.settings import set_max_attempts
@@ -114,6 +116,24 @@ async def test_two_claimers_never_share_a_row(db: StateDB, db_url: str) -> None:
     assert len(claimed) == len(set(claimed)) == 30
     assert set(claimed) == ids
     assert all(len(batch) <= 20 for batch in (a, b, a2, b2))
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["alone", "group-commit"])
+async def test_a_pass_whose_first_candidates_are_taken_scans_on_past_them(
+    db: StateDB, backend: str, grouped: bool
+) -> None:
+    """Rows a concurrent claimer holds (FOR UPDATE SKIP LOCKED) do not end the pass empty while
+    claimable rows remain behind them (the claim passes of one-slot hosts used to come back
+    empty and idle)."""
+    if backend != "postgres":
+        pytest.skip("row locks held by another open transaction exist only on PostgreSQL")
+    ids = [await submit(db, now=T0 + i) for i in range(40)]
+    async with db.transaction() as holder:  # another claimer, mid-pass, holding the oldest 30
+        await holder.fetchall("run_lock_candidates", {"ids": json.dumps(ids[:30])})
+        # the pool serves this pass on other connections
+        group = GroupCommit(db) if grouped else None
+        claimed = await asyncio.wait_for(claim_rows(db, spec(), limit=2, group=group), 10)
+    assert [c.lease.task_id for c in claimed] == ids[30:32]
 
 
 # -- routing --------------------------------------------------------------------------------
