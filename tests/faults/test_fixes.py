@@ -5,14 +5,21 @@
 - lowering the stored attempt ceiling stranded idle rows at it (R6, no edge out): the reapers
   now end them ``queued -> skipped`` with reason ``attempt_ceiling``;
 - the ``command`` adapter had no memory limit: ``memory_limit_mb`` caps the child's address
-  space (``RLIMIT_AS``) and a breach is a retryable failure, unlike a plain non-zero exit.
+  space (``RLIMIT_AS``) and a breach is a retryable failure, unlike a plain non-zero exit;
+- a command outlived a worker killed outright: it now dies with it (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import subprocess
 import sys
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +33,7 @@ from taskward.maintenance.reaper import end_stranded_at_ceiling, promote_due_ret
 from taskward.registry import CancellationToken, TaskExecutionResult
 from taskward.settings import SWEPT_CEILING, set_max_attempts
 from taskward.store.port import StateDB
+from tests.worker_procs import ROOT
 
 MODULES = ("tests.integration.worker_tasks", "tests.faults.fault_tasks")
 PYTHON = sys.executable
@@ -229,3 +237,50 @@ def test_memory_limit_mb_must_be_a_positive_number_of_mib(bad: object) -> None:
         adapter = CommandAdapter(allowlist=["false"])
         adapter.validate_args({"argv": ["false"], "memory_limit_mb": bad})
     assert caught.value.field == "args.memory_limit_mb"
+
+
+# -- a command does not outlive a worker killed outright -------------------------------------
+
+_RUNS_A_COMMAND = """
+import asyncio, sys
+from taskward.adapters.process import run_process
+from taskward.registry import CancellationToken
+code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+asyncio.run(run_process([sys.executable, "-c", code, sys.argv[1]],
+                        cancellation=CancellationToken()))
+"""
+
+
+async def test_a_command_dies_with_its_worker_when_the_worker_is_sigkilled(
+    tmp_path: Path,
+) -> None:
+    """Found by the SIGKILL scenarios: the child (a session of its own) outlived its worker and
+    ran on beside the task's next attempt. It now gets SIGKILL when its parent dies."""
+    pid_file = tmp_path / "child.pid"
+    worker = subprocess.Popen([PYTHON, "-c", _RUNS_A_COMMAND, str(pid_file)], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert time.monotonic() < deadline, "the command never started"
+            await asyncio.sleep(0.02)
+        child = int(pid_file.read_text())
+    finally:
+        worker.kill()
+        worker.wait()
+    deadline = time.monotonic() + 5
+    while _alive(child):
+        if time.monotonic() > deadline:
+            os.kill(child, signal.SIGKILL)
+            raise AssertionError(f"command {child} outlived its SIGKILLed worker")
+        await asyncio.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie nobody reaped yet is dead: its parent (the killed worker) is gone
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    return True

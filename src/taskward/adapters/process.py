@@ -5,6 +5,9 @@ Cancellation and timeouts send SIGTERM to the whole group, wait for the leader a
 a grace period, then SIGKILL whatever is left, so grandchildren do not outlive the task.
 Stragglers a leader leaves behind when it exits on its own are ended the same way. A bare
 executable name is resolved on the worker's own PATH, never on a PATH the task's ``env`` sets.
+On Linux the child is also SIGKILLed when the worker dies (``PR_SET_PDEATHSIG``): a worker
+killed outright cannot end its group, and its task runs again elsewhere once the lease lapses,
+so the old child must not go on beside the new attempt.
 
 A memory limit (``memory_limit_mb``) caps the child's address space with ``RLIMIT_AS``, which
 its descendants inherit. Going past it is a resource fault like a deadline (R5): a retryable
@@ -12,23 +15,27 @@ failure, so a memory bomb is retried until the attempt ceiling ends it, while a 
 exit fails at once (ADR-0071 D4).
 
 Known limits: POSIX only. A descendant that starts a session of its own (``setsid``, a daemon)
-leaves the group and is not tracked. ``RLIMIT_AS`` raises no signal: the kernel only refuses the
-allocation, so a breach is recognised by how the program dies -- killed by SIGSEGV, SIGBUS or
-SIGABRT, or its output naming an allocation failure (``MemoryError``, ``out of memory``,
-``Cannot allocate memory``, ``bad_alloc``, ``memory allocation of``). A program that swallows the
-failure and exits non-zero otherwise is a plain failure.
+leaves the group and is not tracked. Only the direct child gets the parent-death signal: when a
+worker dies outright, grandchildren in the child's group outlive it. ``RLIMIT_AS`` raises no
+signal: the kernel only refuses the allocation, so a breach is recognised by how the program
+dies -- killed by SIGSEGV, SIGBUS or SIGABRT, or its output naming an allocation failure
+(``MemoryError``, ``out of memory``, ``Cannot allocate memory``, ``bad_alloc``, ``memory
+allocation of``). A program that swallows the failure and exits non-zero otherwise is a plain
+failure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
 import re
 import resource
 import shutil
 import signal
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -138,12 +145,38 @@ def validate_memory_limit(args: Mapping[str, Any], *, prefix: str = "args") -> f
     return float(limit)
 
 
-def _address_space_limit(limit_mb: float) -> Callable[[], None]:
-    """Runs in the forked child before exec: only a system call, nothing that takes a lock."""
-    limit = max(1, int(limit_mb * 1024 * 1024))
+_PR_SET_PDEATHSIG: Final = 1
+
+
+def _load_prctl() -> Any:
+    """libc's ``prctl`` (Linux), looked up once, before any fork; None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL: Final = _load_prctl()
+
+
+def _child_setup(memory_limit_mb: float | None) -> Callable[[], None]:
+    """What the forked child does before exec: system calls only, nothing that takes a lock.
+
+    It dies with the worker (``PR_SET_PDEATHSIG``; if the worker is already gone, at once) and,
+    with a memory limit, caps its address space (``RLIMIT_AS``).
+    """
+    parent = os.getpid()
+    limit = None if memory_limit_mb is None else max(1, int(memory_limit_mb * 1024 * 1024))
 
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:  # the worker died before the signal was armed
+                os._exit(1)
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     return apply
 
@@ -300,7 +333,7 @@ async def run_process(
             stdout=write_fd,
             stderr=write_fd,
             start_new_session=True,
-            preexec_fn=None if memory_limit_mb is None else _address_space_limit(memory_limit_mb),
+            preexec_fn=_child_setup(memory_limit_mb),
         )
     except (OSError, ValueError) as exc:
         os.close(read_fd)
