@@ -318,8 +318,10 @@ async def apply_transitions(
             except ConcurrencyKeyBusy as exc:
                 raise LostToConcurrencyKey from exc
             by_id = {row["id"]: row for row in rows}
-            statements: list[tuple[str, dict[str, Any]]] = []
-            facts: list[tuple[int, str]] = []  # (position of the fact statement, its key)
+            # One multi-row insert per table, each row exactly the one-row statement's
+            # parameters (``<name>_many`` in queries.sql).
+            rows_of: dict[str, list[dict[str, Any]]] = {}
+            keys: dict[str, str] = {}  # fact id -> its transition key
             for index in group:
                 request, guard, _, digest = items[index]
                 transition_id = str(uuid.uuid4())
@@ -328,16 +330,25 @@ async def apply_transitions(
                     results[index] = (await _lost(tx, request, digest, transition_id), None)
                     continue
                 writes, event_id = _writes(request, guard, updated, transition_id, digest)
-                facts.append((len(statements), request.idempotency_key))
-                statements.extend(writes)
+                for name, params in writes:
+                    rows_of.setdefault(name, []).append(params)
+                keys[transition_id] = request.idempotency_key
                 results[index] = (_applied(request, transition_id, event_id), updated)
                 if request.to_state == "queued":
                     tx.notify("queued")
-            if statements:
-                inserted = await tx.fetch_batch(statements)
-                for position, key in facts:
-                    if inserted[position] is None:
-                        raise KeyAlreadyUsed(key)
+            if keys:
+                facts = await tx.fetchall(
+                    "fact_insert_many", {"rows": dumps(rows_of["fact_insert"])}
+                )
+                for fact_id in keys.keys() - {fact["id"] for fact in facts}:
+                    raise KeyAlreadyUsed(keys[fact_id])
+                await tx.fetch_batch(
+                    [
+                        (f"{name}_many", {"rows": dumps(rows)})
+                        for name, rows in rows_of.items()
+                        if name != "fact_insert"
+                    ]
+                )
     return [result for result in results if result is not None]
 
 

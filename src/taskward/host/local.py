@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from taskward.canonical import canonical_json, text_hash
+from taskward.canonical import canonical_json, dumps, text_hash
 from taskward.claims import Lease, WorkerSpec, claim_rows
 from taskward.errors import TransitionIdempotencyConflict
 from taskward.execution import Outcome, RetryPolicy, execute_lease, finish_run, outcome_for
@@ -351,7 +351,13 @@ class LocalTaskSource:
 
 
 async def _write_summaries(tx: Tx, params: list[dict[str, Any]]) -> list[Row | None]:
-    return await tx.fetch_batch([("summary_write", p) for p in params])
+    """GroupCommit's combine for summaries: one multi-row ``summary_write_many``; a session
+    whose row was not written gets None, exactly as ``summary_write`` alone would answer."""
+    rows = await tx.fetchall("summary_write_many", {"rows": dumps(params)})
+    written = {row["session_key"] for row in rows}
+    return [
+        {"session_key": p["session_key"]} if p["session_key"] in written else None for p in params
+    ]
 
 
 class LocalSummaryStore:

@@ -662,3 +662,62 @@ INSERT INTO status_transitions (
   'invariant checker probe (always rolled back)', '[]'::jsonb, 'system', 'system:checker', :now,
   '{}'::jsonb
 );
+
+-- Set-based writes of a group-commit batch (transitions.apply_transitions, the summary store).
+-- Each takes a parameter "rows": a JSON array of objects holding exactly the parameters of its
+-- one-row counterpart above (JSON columns as their JSON text), and keeps that statement's
+-- per-row semantics. Times are the statement's "now", never JSON.
+
+-- name: fact_insert_many
+-- fact_insert for many facts; returns the ids inserted (a fact whose key is taken is missing).
+INSERT INTO status_transitions (
+  id, entity_type, entity_id, previous_status, status, reason_code, reason_summary,
+  evidence_refs, source, actor, created_at, metadata, idempotency_key, request_hash,
+  event_id, lease_id
+)
+SELECT r.id, r.entity_type, r.entity_id, r.previous_status, r.status, r.reason_code,
+       r.reason_summary, r.evidence_refs::jsonb, r.source, r.actor, :now, r.metadata::jsonb,
+       r.idempotency_key, r.request_hash, r.event_id, r.lease_id
+FROM jsonb_to_recordset(:rows::jsonb) AS r(
+  id text, entity_type text, entity_id text, previous_status text, status text,
+  reason_code text, reason_summary text, evidence_refs text, source text, actor text,
+  metadata text, idempotency_key text, request_hash text, event_id text, lease_id text
+)
+ON CONFLICT (entity_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: event_insert_many
+INSERT INTO task_events (id, task_id, kind, transition_id, status, payload, created_at)
+SELECT r.id, r.task_id, r.kind, r.transition_id, r.status, r.payload::jsonb, :now
+FROM jsonb_to_recordset(:rows::jsonb) AS r(
+  id text, task_id text, kind text, transition_id text, status text, payload text
+);
+
+-- name: outbox_enqueue_many
+INSERT INTO dispatch_outbox (
+  id, kind, dedup_key, schedule_run_id, transition_id, body, status, attempts, max_attempts,
+  next_attempt_at, created_at, updated_at, expires_at
+)
+SELECT r.id, r.kind, r.dedup_key, r.schedule_run_id, r.transition_id, r.body::jsonb,
+       'pending', 0,
+       COALESCE(r.max_attempts, 10), :now, :now, :now, :now + COALESCE(r.ttl_s, 604800.0)
+FROM jsonb_to_recordset(:rows::jsonb) AS r(
+  id text, kind text, dedup_key text, schedule_run_id text, transition_id text, body text,
+  max_attempts integer, ttl_s float8
+)
+ON CONFLICT (dedup_key) DO NOTHING;
+
+-- name: summary_write_many
+-- summary_write for many sessions; returns the session keys written.
+INSERT INTO task_summaries (session_key, task_id, attempt, state, summary, summary_hash, reason,
+                            created_at, updated_at)
+SELECT r.session_key, r.task_id, r.attempt, 'complete', r.summary::jsonb, r.summary_hash, NULL,
+       :now, :now
+FROM jsonb_to_recordset(:rows::jsonb) AS r(
+  session_key text, task_id text, attempt integer, summary text, summary_hash text
+)
+ON CONFLICT (session_key) DO UPDATE SET
+  state = 'complete', summary = excluded.summary, summary_hash = excluded.summary_hash,
+  reason = NULL, updated_at = excluded.updated_at
+WHERE task_summaries.state = 'pending'
+RETURNING session_key;

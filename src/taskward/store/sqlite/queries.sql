@@ -639,3 +639,62 @@ INSERT INTO status_transitions (
   :id, 'schedule_run', :entity_id, 'queued', 'cancelled', 'operator',
   'invariant checker probe (always rolled back)', '[]', 'system', 'system:checker', :now, '{}'
 );
+
+-- Set-based writes of a group-commit batch (transitions.apply_transitions, the summary store).
+-- Each takes a parameter "rows": a JSON array of objects holding exactly the parameters of its
+-- one-row counterpart above (JSON columns as their JSON text), and keeps that statement's
+-- per-row semantics. Times are the statement's "now", never JSON.
+-- (WHERE true: SQLite needs it before ON CONFLICT after a SELECT.)
+
+-- name: fact_insert_many
+-- fact_insert for many facts; returns the ids inserted (a fact whose key is taken is missing).
+INSERT INTO status_transitions (
+  id, entity_type, entity_id, previous_status, status, reason_code, reason_summary,
+  evidence_refs, source, actor, created_at, metadata, idempotency_key, request_hash,
+  event_id, lease_id
+)
+SELECT json_extract(value, '$.id'), json_extract(value, '$.entity_type'),
+       json_extract(value, '$.entity_id'), json_extract(value, '$.previous_status'),
+       json_extract(value, '$.status'), json_extract(value, '$.reason_code'),
+       json_extract(value, '$.reason_summary'), json_extract(value, '$.evidence_refs'),
+       json_extract(value, '$.source'), json_extract(value, '$.actor'), :now,
+       json_extract(value, '$.metadata'), json_extract(value, '$.idempotency_key'),
+       json_extract(value, '$.request_hash'), json_extract(value, '$.event_id'),
+       json_extract(value, '$.lease_id')
+FROM json_each(:rows) WHERE true
+ON CONFLICT (entity_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: event_insert_many
+INSERT INTO task_events (id, task_id, kind, transition_id, status, payload, created_at)
+SELECT json_extract(value, '$.id'), json_extract(value, '$.task_id'),
+       json_extract(value, '$.kind'), json_extract(value, '$.transition_id'),
+       json_extract(value, '$.status'), json_extract(value, '$.payload'), :now
+FROM json_each(:rows);
+
+-- name: outbox_enqueue_many
+INSERT INTO dispatch_outbox (
+  id, kind, dedup_key, schedule_run_id, transition_id, body, status, attempts, max_attempts,
+  next_attempt_at, created_at, updated_at, expires_at
+)
+SELECT json_extract(value, '$.id'), json_extract(value, '$.kind'),
+       json_extract(value, '$.dedup_key'), json_extract(value, '$.schedule_run_id'),
+       json_extract(value, '$.transition_id'), json_extract(value, '$.body'), 'pending', 0,
+       COALESCE(json_extract(value, '$.max_attempts'), 10), :now, :now, :now,
+       :now + COALESCE(json_extract(value, '$.ttl_s'), 604800.0)
+FROM json_each(:rows) WHERE true
+ON CONFLICT (dedup_key) DO NOTHING;
+
+-- name: summary_write_many
+-- summary_write for many sessions; returns the session keys written.
+INSERT INTO task_summaries (session_key, task_id, attempt, state, summary, summary_hash, reason,
+                            created_at, updated_at)
+SELECT json_extract(value, '$.session_key'), json_extract(value, '$.task_id'),
+       json_extract(value, '$.attempt'), 'complete', json_extract(value, '$.summary'),
+       json_extract(value, '$.summary_hash'), NULL, :now, :now
+FROM json_each(:rows) WHERE true
+ON CONFLICT (session_key) DO UPDATE SET
+  state = 'complete', summary = excluded.summary, summary_hash = excluded.summary_hash,
+  reason = NULL, updated_at = excluded.updated_at
+WHERE task_summaries.state = 'pending'
+RETURNING session_key;
