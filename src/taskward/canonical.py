@@ -34,6 +34,8 @@ def content_hash(value: Any) -> str:
 
 def dumps(value: Any) -> str:
     """Compact JSON for storage columns (not canonical ordering-sensitive)."""
+    if not value and isinstance(value, list | dict):  # most evidence and metadata: no encoder
+        return "[]" if isinstance(value, list) else "{}"
     return _COMPACT.encode(value)
 
 
