@@ -335,8 +335,8 @@ async def submit_tasks(
     unique = list(by_key.values())
     ids: dict[str, str] = {}
     async with db.transaction(now=now) as tx:
-        rows = await tx.fetchone_each(
-            "run_insert_if_new",
+        # One multi-row statement for the whole call; a key already taken inserts nothing.
+        params = dumps(
             [
                 {
                     "id": str(uuid.uuid4()),
@@ -354,12 +354,14 @@ async def submit_tasks(
                     "admission_source": admission_source,
                 }
                 for a in unique
-            ],
+            ]
         )
+        rows = await tx.fetchall("run_insert_many_if_new", {"rows": params})
+        inserted = {row["idempotency_key"]: row["id"] for row in rows}
         existing_needed = []
-        for item, row in zip(unique, rows, strict=True):
-            if row is not None:
-                ids[item.idempotency_key] = row["id"]
+        for item in unique:
+            if item.idempotency_key in inserted:
+                ids[item.idempotency_key] = inserted[item.idempotency_key]
             else:
                 existing_needed.append(item)
         if existing_needed:

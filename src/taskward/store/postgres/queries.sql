@@ -721,3 +721,31 @@ ON CONFLICT (session_key) DO UPDATE SET
   reason = NULL, updated_at = excluded.updated_at
 WHERE task_summaries.state = 'pending'
 RETURNING session_key;
+
+-- name: run_insert_many_if_new
+-- run_insert_if_new for many applications at once (submit_tasks): "rows" holds its parameters
+-- as a JSON array; returns the id and key of each row inserted (a taken key is missing).
+WITH inserted AS (
+INSERT INTO schedule_runs (
+  id, schedule_id, invocation_id, trigger_context,
+  action_kind, action_args, status, chain_depth,
+  fired_at, created_at, queued_at, concurrency_key,
+  required_capabilities, execution_target,
+  library_ref, library_content_hash,
+  idempotency_key, application_hash, admission_source
+)
+SELECT r.id, r.schedule_id, NULL, r.trigger_context::jsonb,
+       r.action_kind, r.action_args::jsonb, 'queued', 0,
+       :now, :now, :now, r.concurrency_key,
+       r.required_capabilities::jsonb, r.execution_target,
+       r.library_ref, r.library_content_hash,
+       r.idempotency_key, r.application_hash, r.admission_source
+FROM jsonb_to_recordset(:rows::jsonb) AS r(
+  id text, schedule_id text, trigger_context text, action_kind text, action_args text,
+  concurrency_key text, required_capabilities text, execution_target text, library_ref text,
+  library_content_hash text, idempotency_key text, application_hash text, admission_source text
+)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, idempotency_key
+)
+SELECT id, idempotency_key, pg_notify('taskward_queued', '') AS notified FROM inserted;

@@ -698,3 +698,26 @@ ON CONFLICT (session_key) DO UPDATE SET
   reason = NULL, updated_at = excluded.updated_at
 WHERE task_summaries.state = 'pending'
 RETURNING session_key;
+
+-- name: run_insert_many_if_new
+-- run_insert_if_new for many applications at once (submit_tasks): "rows" holds its parameters
+-- as a JSON array; returns the id and key of each row inserted (a taken key is missing).
+INSERT INTO schedule_runs (
+  id, schedule_id, invocation_id, trigger_context,
+  action_kind, action_args, status, chain_depth,
+  fired_at, created_at, queued_at, concurrency_key,
+  required_capabilities, execution_target,
+  library_ref, library_content_hash,
+  idempotency_key, application_hash, admission_source
+)
+SELECT json_extract(value, '$.id'), json_extract(value, '$.schedule_id'), NULL,
+       json_extract(value, '$.trigger_context'),
+       json_extract(value, '$.action_kind'), json_extract(value, '$.action_args'), 'queued', 0,
+       :now, :now, :now, json_extract(value, '$.concurrency_key'),
+       json_extract(value, '$.required_capabilities'), json_extract(value, '$.execution_target'),
+       json_extract(value, '$.library_ref'), json_extract(value, '$.library_content_hash'),
+       json_extract(value, '$.idempotency_key'), json_extract(value, '$.application_hash'),
+       json_extract(value, '$.admission_source')
+FROM json_each(:rows) WHERE true
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, idempotency_key;
