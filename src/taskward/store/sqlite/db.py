@@ -295,8 +295,16 @@ class SQLiteDB:
 
     async def _watch(self) -> None:
         last: int | None = None
+        deferred = 0
         while not self._closed:
             raise_if_cancelling()
+            # A busy connection is not made to wait for a poll: skip a few rounds while a
+            # transaction holds it (this process is at work; at most ~5 rounds late).
+            if self._lock.locked() and deferred < 4:
+                deferred += 1
+                await asyncio.sleep(self.poll_interval_s)
+                continue
+            deferred = 0
             try:
                 async with self._lock:
                     conn = self._connection()
