@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import os
 import re
 import sys
@@ -47,9 +48,37 @@ BOUNDARIES: Final = (
 
 @dataclass(frozen=True)
 class Statement:
+    """A named statement a unit ran, and what it returned (rows, or a count for ``execute``)."""
+
     name: str
     params: Mapping[str, Any]
-    rows: int
+    result: int | list[Any]
+
+    @property
+    def rows(self) -> int:
+        return self.result if isinstance(self.result, int) else len(self.result)
+
+    def expanded(self) -> list[Statement]:
+        """A set-based ``<name>_many`` (a JSON array of one-row parameter sets in ``rows``) as
+        the one-row statements it stands for, each with the row it returned, if any."""
+        single = _MANY.get(self.name)
+        if single is None:
+            return [self]
+        returned = [r for r in self.result if r] if isinstance(self.result, list) else []
+        out = []
+        for row in json.loads(self.params["rows"]):
+            written = [
+                r for r in returned if all(row.get(k) == v for k, v in r.items() if k in row)
+            ]
+            out.append(Statement(single, row, written[:1]))
+        return out
+
+
+_MANY: Final = {
+    "fact_insert_many": "fact_insert",
+    "summary_write_many": "summary_write",
+    "run_insert_many_if_new": "run_insert_if_new",
+}
 
 
 def _fact_boundary(params: Mapping[str, Any]) -> str | None:
@@ -68,7 +97,7 @@ def _fact_boundary(params: Mapping[str, Any]) -> str | None:
 def boundaries_of(statements: Sequence[Statement]) -> set[str]:
     """The boundaries a unit of work crosses when it commits these statements."""
     found: set[str] = set()
-    for s in statements:
+    for s in (one for statement in statements for one in statement.expanded()):
         if s.name == "run_insert_if_new" and s.rows:
             found.add("admission")
         elif s.name == "fact_insert" and s.rows:
@@ -123,18 +152,12 @@ class CrashPoint:
 class _Recording:
     statements: list[Statement] = field(default_factory=list)
 
-    def add(self, name: str, params: Mapping[str, Any] | None, rows: int) -> None:
-        self.statements.append(Statement(name, dict(params or {}), rows))
-
-
-def _count(result: object) -> int:
-    if result is None:
-        return 0
-    if isinstance(result, int):
-        return result
-    if isinstance(result, list):
-        return len([r for r in result if r is not None])
-    return 1
+    def add(self, name: str, params: Mapping[str, Any] | None, result: Any) -> None:
+        if result is None:
+            result = []
+        elif not isinstance(result, int | list):
+            result = [result]
+        self.statements.append(Statement(name, dict(params or {}), result))
 
 
 class _RecordingTx:
@@ -153,36 +176,31 @@ class _RecordingTx:
         return value
 
     async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> int:
-        rows: int = await self._tx.execute(name, params)
-        self._recording.add(name, params, rows)
-        return rows
+        count: int = await self._tx.execute(name, params)
+        self._recording.add(name, params, count)
+        return count
 
     async def fetchone(self, name: str, params: Mapping[str, Any] | None = None) -> Any:
         row = await self._tx.fetchone(name, params)
-        self._recording.add(name, params, _count(row))
+        self._recording.add(name, params, row)
         return row
 
     async def fetchall(self, name: str, params: Mapping[str, Any] | None = None) -> Any:
         rows = await self._tx.fetchall(name, params)
-        self._recording.add(name, params, _count(rows))
+        self._recording.add(name, params, list(rows))
         return rows
 
     async def fetchone_each(self, name: str, params_list: Sequence[Mapping[str, Any]]) -> Any:
         rows = await self._tx.fetchone_each(name, params_list)
         for params, row in zip(params_list, rows, strict=True):
-            self._recording.add(name, params, _count(row))
+            self._recording.add(name, params, row)
         return rows
 
     async def fetch_batch(self, statements: Sequence[tuple[str, Mapping[str, Any]]]) -> Any:
         rows = await self._tx.fetch_batch(statements)
         for (name, params), row in zip(statements, rows, strict=True):
-            self._recording.add(name, params, _count(row))
+            self._recording.add(name, params, row)
         return rows
-
-    async def run_update_if(self, *args: Any, **kwargs: Any) -> Any:
-        row = await self._tx.run_update_if(*args, **kwargs)
-        self._recording.add("run_update_if", {}, _count(row))
-        return row
 
 
 _in_store_call: contextvars.ContextVar[bool] = contextvars.ContextVar(

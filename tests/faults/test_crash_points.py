@@ -44,7 +44,7 @@ pytestmark = pytest.mark.slow
 ONE_RUN = ["running", "completed"]
 # the first lease was lost with its worker: reaped, queued again, run by the clean worker
 TWO_RUNS = ["running", "retry_wait", "queued", "running", "completed"]
-CRASH_TIMEOUT_S = 60.0
+CRASH_TIMEOUT_S = 30.0
 RECOVERY_TIMEOUT_S = 60.0
 PARALLEL = 4
 

@@ -8,6 +8,7 @@ reported as a shutdown.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from tests.faults.support import (
     process_env,
     run_to_exit_async,
     settle_and_check,
+    submit,
     submit_many,
 )
 from tests.worker_procs import ROOT, wait_until
@@ -100,3 +102,68 @@ async def test_sigterm_drains_a_busy_host_finishing_every_running_task(
 
 async def _running(db: StateDB, n: int) -> bool:
     return (await taskward.reads.count_by_status(db)).get("running", 0) >= n
+
+
+async def test_a_second_sigterm_sends_the_running_tasks_back_to_the_queue(
+    db: StateDB, db_url: str, tmp_path: Path
+) -> None:
+    """The second signal cancels the running tasks cooperatively: each reports a retryable
+    host shutdown (R10), never a cancelled task, and the next worker completes it."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    ids = [
+        await submit(db, "hang_first", {"marker": str(markers / str(i)), "seconds": 60})
+        for i in range(SLOTS)
+    ]
+    argv = fault_worker_argv(db_url, "--concurrency", str(SLOTS), "--default-timeout", "60")
+    host = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=process_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        await wait_until(
+            lambda: _started(markers, SLOTS), timeout=60, what="every first attempt to start"
+        )
+        os.killpg(host.pid, signal.SIGTERM)  # drain: the tasks would run for a minute
+        # the second signal (repeated: two signals sent at once may arrive as one)
+        await wait_until(lambda: _signalled_until_exit(host), timeout=30, what="the exit")
+        _, err = host.communicate(timeout=30)
+    finally:
+        if host.poll() is None:
+            os.killpg(host.pid, signal.SIGKILL)
+            host.communicate()
+    assert host.returncode == 0, err[-3000:]
+    for task_id in ids:
+        row = await taskward.get_task(db, task_id)
+        facts = await taskward.list_transitions(db, task_id)
+        assert [(f["status"], f["reason_code"]) for f in facts] == [
+            ("running", "claimed"),
+            ("retry_wait", "host_shutdown"),
+        ], task_id
+        assert row["retry_at"] <= facts[-1]["created_at"]  # due at once
+    burst = await run_to_exit_async(
+        fault_worker_argv(db_url, "--concurrency", str(SLOTS), "--burst"),
+        process_env(),
+        timeout=120,
+    )
+    assert burst.returncode == 0, burst.stderr[-3000:]
+    for task_id in ids:
+        assert (await taskward.get_task(db, task_id))["status"] == "completed"
+    await settle_and_check(db)
+
+
+async def _started(markers: Path, n: int) -> bool:
+    return len(list(markers.iterdir())) >= n
+
+
+async def _signalled_until_exit(proc: subprocess.Popen[str]) -> bool:
+    if proc.poll() is not None:
+        return True
+    os.killpg(proc.pid, signal.SIGTERM)
+    await asyncio.sleep(0.25)
+    return proc.poll() is not None
