@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from pathlib import Path
 
 import taskward
@@ -43,3 +44,10 @@ async def wait_for_cancel(
     Path(marker).write_text(str(os.getpid()))
     await cancellation.wait()
     raise asyncio.CancelledError
+
+
+@taskward.task()
+def hang_in_thread(seconds: float = 3600.0, timeout_s: float | None = None) -> None:
+    """Poison: a synchronous function (run in a thread) that blocks far past its deadline; a
+    thread cannot be cancelled, so only the watchdog's verdict ends the task."""
+    time.sleep(seconds)

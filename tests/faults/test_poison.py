@@ -1,10 +1,12 @@
 """Issue 8 scenario 4: poison tasks end after exactly the configured attempts while healthy work
 keeps flowing; a plain non-zero exit fails at once (ADR-0071 D4).
 
-The poison: a task that ends its worker process (``os._exit`` and a SIGKILL of itself), a python
-task and a command that hang past their deadline, and a memory bomb under ``RLIMIT_AS``
-(``command`` with ``memory_limit_mb``). Workers run one task at a time under a supervisor that
-starts again whatever died, so a worker killed by poison takes nothing healthy with it.
+The poison: a task that ends its worker process (``os._exit`` and a SIGKILL of itself), an async
+and a synchronous python task and a command that hang past their deadline, and a memory bomb
+under ``RLIMIT_AS`` (``command`` with ``memory_limit_mb``). Workers run one task at a time under
+a supervisor that starts again whatever died, so a worker killed by poison takes nothing healthy
+with it. At the end every worker drains on SIGTERM and exits 0 -- also one whose synchronous
+task is still blocked in its thread (found here: it never exited).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ async def test_poison_ends_after_exactly_the_configured_attempts_while_healthy_w
         "crash_exit": [await submit(db, "crash_worker", {"how": "exit"})],
         "crash_sigkill": [await submit(db, "crash_worker", {"how": "sigkill"})],
         "hang_python": [await submit(db, "hang", hang)],
+        "hang_thread": [await submit(db, "hang_in_thread", hang)],
         "hang_command": [await submit(db, "command", {"argv": ["sleep", "60"], **hang})],
         "memory_bomb": [await submit(db, "command", {"argv": MEMORY_BOMB, "memory_limit_mb": 256})],
         "exit_3": [await submit(db, "command", {"argv": [PYTHON, "-c", "raise SystemExit(3)"]})],
@@ -104,6 +107,7 @@ async def test_poison_ends_after_exactly_the_configured_attempts_while_healthy_w
         "crash_exit": _chain("lease_expired", ("failed", "attempts_exhausted"), ceiling),
         "crash_sigkill": _chain("lease_expired", ("failed", "attempts_exhausted"), ceiling),
         "hang_python": _chain("deadline_exceeded", ("timed_out", "attempt_ceiling"), ceiling),
+        "hang_thread": _chain("deadline_exceeded", ("timed_out", "attempt_ceiling"), ceiling),
         "hang_command": _chain("deadline_exceeded", ("timed_out", "attempt_ceiling"), ceiling),
         "memory_bomb": _chain("retryable_failure", ("failed", "attempt_ceiling"), ceiling),
         "exit_3": _chain("-", ("failed", "execution_failed"), 1),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -18,9 +19,11 @@ from pathlib import Path
 import pytest
 
 import taskward
+from taskward.settings import set_max_attempts
 from taskward.store.port import StateDB
 from tests.faults.support import (
     all_tasks,
+    cli_argv,
     fault_worker_argv,
     process_env,
     run_to_exit_async,
@@ -167,3 +170,46 @@ async def _signalled_until_exit(proc: subprocess.Popen[str]) -> bool:
     os.killpg(proc.pid, signal.SIGTERM)
     await asyncio.sleep(0.25)
     return proc.poll() is not None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="taskward up (src/taskward/cli/serve_cmd.py, up -> asyncio.run(run_service(...))) "
+    "never exits while a synchronous task is still blocked in its executor thread past its "
+    "deadline: asyncio.run joins the loop's default executor (and the interpreter's exit joins "
+    "its threads). taskward worker exits through worker_cmd.run_worker_loop instead.",
+)
+async def test_taskward_up_exits_on_sigterm_despite_a_task_thread_blocked_past_its_deadline(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'up.db'}"
+    async with taskward.open_db(url) as db:
+        await set_max_attempts(db, 1)
+        task_id = await submit(db, "hang_in_thread", {"seconds": 30, "timeout_s": 0.5})
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        argv = cli_argv(url, "up", "--port", str(port))
+        service = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=process_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            await wait_until(
+                lambda: _status_is(db, task_id, "timed_out"), timeout=60, what="the deadline"
+            )
+            os.killpg(service.pid, signal.SIGTERM)
+            code = await asyncio.to_thread(service.wait, 8)
+        finally:
+            if service.poll() is None:
+                os.killpg(service.pid, signal.SIGKILL)
+                service.wait()
+    assert code == 0
+
+
+async def _status_is(db: StateDB, task_id: str, status: str) -> bool:
+    return (await taskward.get_task(db, task_id))["status"] == status
