@@ -172,13 +172,6 @@ async def _signalled_until_exit(proc: subprocess.Popen[str]) -> bool:
     return proc.poll() is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="taskward up (src/taskward/cli/serve_cmd.py, up -> asyncio.run(run_service(...))) "
-    "never exits while a synchronous task is still blocked in its executor thread past its "
-    "deadline: asyncio.run joins the loop's default executor (and the interpreter's exit joins "
-    "its threads). taskward worker exits through worker_cmd.run_worker_loop instead.",
-)
 async def test_taskward_up_exits_on_sigterm_despite_a_task_thread_blocked_past_its_deadline(
     tmp_path: Path,
 ) -> None:

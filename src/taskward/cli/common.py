@@ -8,10 +8,12 @@ import importlib
 import json
 import os
 import sys
+import threading
+import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -28,6 +30,9 @@ from taskward.cli.output import Output
 from taskward.store.open import DEFAULT_URL
 
 T = TypeVar("T")
+
+# How long a stopped worker waits for its idle executor threads to end before it exits anyway.
+THREAD_GRACE_S: Final = 2.0
 
 
 @dataclass
@@ -172,3 +177,47 @@ def template_options(fn: Any) -> Any:
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def run_worker_loop(main: Coroutine[Any, Any, int], *, grace_s: float = THREAD_GRACE_S) -> int:
+    """``asyncio.run(main)`` without its unbounded wait for the loop's executor threads.
+
+    A synchronous task function runs in a thread, which cannot be cancelled: one still blocked
+    past its deadline (the watchdog already reported it) would keep a drained worker from ever
+    exiting, since ``asyncio.run`` and the interpreter's exit both join every executor thread.
+    Here the loop closes without waiting; threads still running ``grace_s`` later are abandoned
+    and the process ends at once with ``main``'s exit code (every acknowledgement is committed
+    and the store closed by then; standard streams are flushed first).
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        code = loop.run_until_complete(main)
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()  # shuts the default executor down without waiting for it
+    deadline = time.monotonic() + grace_s
+    stuck = []
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread.daemon:
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            stuck.append(thread.name)
+    if stuck:
+        click.echo(
+            f"abandoning {len(stuck)} thread(s) still blocked (a synchronous task past its "
+            f"deadline): {', '.join(stuck)}",
+            err=True,
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

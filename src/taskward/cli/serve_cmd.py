@@ -23,7 +23,7 @@ import click
 import uvicorn
 
 from taskward import AdapterConfig, StateDB, TaskAdapterRegistry, open_db
-from taskward.cli.common import CliState, pass_state, registry_for
+from taskward.cli.common import CliState, pass_state, registry_for, run_worker_loop
 from taskward.http import HttpConfig, Metrics, create_app
 from taskward.http.config import TOKENS_ENV, is_loopback
 from taskward.models import EXECUTION_TARGETS
@@ -283,7 +283,9 @@ def serve(
     registry = registry_for(state, adapter_config)
     allowlist = adapter_config.command_allowlist
     _logging()
-    return asyncio.run(
+    # Like ``taskward worker``: a drained service exits even while a synchronous task's thread
+    # is still blocked past its deadline (asyncio.run would join that thread forever).
+    return run_worker_loop(
         run_service(
             command="serve",
             db_url=state.db_url,
@@ -368,7 +370,9 @@ def up(
     )
     allowlist = adapter_config.command_allowlist
     _logging()
-    return asyncio.run(
+    # Like ``taskward worker``: a drained service exits even while a synchronous task's thread
+    # is still blocked past its deadline (asyncio.run would join that thread forever).
+    return run_worker_loop(
         run_service(
             command="up",
             db_url=state.db_url,

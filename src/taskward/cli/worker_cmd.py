@@ -4,73 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
-import threading
 import time
-from collections.abc import Coroutine
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
 import click
 
 from taskward import StateDB, get_task, list_transitions, open_db
-from taskward.cli.common import CliState, json_option, pass_state, registry_for
+from taskward.cli.common import CliState, json_option, pass_state, registry_for, run_worker_loop
 from taskward.host.models import Task
 from taskward.lifecycle import TERMINAL
 from taskward.models import EXECUTION_TARGETS
 from taskward.runtime import WorkerConfig, WorkerRuntime
 
-# How long a stopped worker waits for its idle executor threads to end before it exits anyway.
-THREAD_GRACE_S: Final = 2.0
-
 
 def _stamp() -> str:
     return datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
-
-
-def run_worker_loop(main: Coroutine[Any, Any, int], *, grace_s: float = THREAD_GRACE_S) -> int:
-    """``asyncio.run(main)`` without its unbounded wait for the loop's executor threads.
-
-    A synchronous task function runs in a thread, which cannot be cancelled: one still blocked
-    past its deadline (the watchdog already reported it) would keep a drained worker from ever
-    exiting, since ``asyncio.run`` and the interpreter's exit both join every executor thread.
-    Here the loop closes without waiting; threads still running ``grace_s`` later are abandoned
-    and the process ends at once with ``main``'s exit code (every acknowledgement is committed
-    and the store closed by then; standard streams are flushed first).
-    """
-    loop = asyncio.new_event_loop()
-    try:
-        asyncio.set_event_loop(loop)
-        code = loop.run_until_complete(main)
-    finally:
-        try:
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
-                task.cancel()
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            asyncio.set_event_loop(None)
-            loop.close()  # shuts the default executor down without waiting for it
-    deadline = time.monotonic() + grace_s
-    stuck = []
-    for thread in threading.enumerate():
-        if thread is threading.current_thread() or thread.daemon:
-            continue
-        thread.join(max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
-            stuck.append(thread.name)
-    if stuck:
-        click.echo(
-            f"abandoning {len(stuck)} thread(s) still blocked (a synchronous task past its "
-            f"deadline): {', '.join(stuck)}",
-            err=True,
-        )
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
 
 
 @click.command("worker")
