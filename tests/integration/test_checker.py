@@ -694,4 +694,6 @@ async def test_twenty_thousand_tasks_check_in_seconds(
     violations = await check_invariants(db, acknowledged=scenario.acknowledged, now=CHECK_AT)
     elapsed = time.perf_counter() - started
     assert violations == []
-    assert elapsed < 10.0, f"checking {2 * copies} tasks took {elapsed:.1f}s"
+    # A guard against a check that grows quadratically with the store (minutes at this size),
+    # not a speed measurement: it must hold on a loaded two-core machine too.
+    assert elapsed < 60.0, f"checking {2 * copies} tasks took {elapsed:.1f}s"
