@@ -222,8 +222,10 @@ SELECT :now AS now,
 
 -- name: run_lock_candidates
 -- Inside the claim transaction: the candidates still queued (the write lock is already held).
-SELECT id FROM schedule_runs
-WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'queued';
+-- CROSS JOIN keeps the ids as the outer loop (SQLite never reorders it): one primary-key lookup
+-- each. With IN (...) and no statistics SQLite scanned every queued row of the status index.
+SELECT r.id FROM json_each(:ids) AS ids CROSS JOIN schedule_runs AS r ON r.id = ids.value
+WHERE r.status = 'queued';
 
 -- dispatch_outbox (ADR-0072 D6, R12): notifications of committed facts and their delivery
 -- state. Written by the enqueue in transitions.apply_transition and by taskward.outbox only;

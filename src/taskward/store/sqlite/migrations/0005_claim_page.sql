@@ -1,0 +1,5 @@
+-- 0005_claim_page: why — PostgreSQL's 0005 adds taskward_claim_page, which plans the claim page
+-- as a walk of idx_schedule_runs_claim whatever the planner statistics (issue 7: the claim must
+-- cost the same at any queue depth). SQLite needs no schema change for it: its run_claim_page
+-- names the index (INDEXED BY), and run_lock_candidates drives its lookups from the id list. This
+-- migration keeps both dialects' migration numbers in step and changes nothing.
