@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import socket
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -21,6 +20,7 @@ from taskward.adapters import build_registry
 from taskward.canonical import canonical_json, dumps
 from taskward.capabilities import host_scoped_concurrency_key, normalize_capabilities
 from taskward.errors import TaskIdempotencyConflict, TaskValidationError
+from taskward.ids import new_id
 from taskward.models import EXECUTION_TARGETS, TaskApplication
 from taskward.registry import TaskAdapterRegistry
 from taskward.store.port import StateDB
@@ -258,13 +258,13 @@ async def admit_task(
     if admission_source not in ADMISSION_SOURCES:
         raise TaskValidationError("admission_source", admission_source, sorted(ADMISSION_SOURCES))
     admitted = validate_application(app, registry if registry is not None else build_registry())
-    new_id = str(uuid.uuid4())
+    run_id = new_id()
     # One statement, its own transaction (R8): INSERT ... ON CONFLICT DO NOTHING. Only when it
     # inserted nothing is the existing row read and its hash compared.
     row = await db.fetchone(
         "run_insert_if_new",
         {
-            "id": new_id,
+            "id": run_id,
             "schedule_id": schedule_id,
             "trigger_context": "{}",
             "action_kind": admitted.action_kind,
@@ -339,7 +339,7 @@ async def submit_tasks(
         params = dumps(
             [
                 {
-                    "id": str(uuid.uuid4()),
+                    "id": new_id(),
                     "schedule_id": None,
                     "trigger_context": "{}",
                     "action_kind": a.action_kind,

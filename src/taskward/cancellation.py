@@ -14,6 +14,7 @@ import uuid
 
 from taskward.canonical import dumps
 from taskward.errors import TaskNotFound, TaskValidationError
+from taskward.ids import new_id
 from taskward.lifecycle import Status, is_terminal
 from taskward.models import Actor, CancelResult, StateReason, TransitionRequest
 from taskward.store.port import StateDB, Tx
@@ -107,7 +108,7 @@ async def request_task_cancel(
                 await tx.execute(
                     "event_insert",
                     {
-                        "id": str(uuid.uuid4()),
+                        "id": new_id(),
                         "task_id": task_id,
                         "kind": "cancel_requested",
                         "transition_id": None,

@@ -14,7 +14,6 @@ import logging
 import random
 import time
 import traceback
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -23,6 +22,7 @@ from taskward.canonical import dumps
 from taskward.capabilities import serialization_tokens
 from taskward.claims import Lease
 from taskward.groupcommit import GroupCommit
+from taskward.ids import new_id
 from taskward.models import Actor, StateReason, TransitionRequest, TransitionResult
 from taskward.oslocks import LockTimeout, machine_locks
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
@@ -146,7 +146,7 @@ async def record_stale_result(
         await tx.execute(
             "event_insert",
             {
-                "id": str(uuid.uuid4()),
+                "id": new_id(),
                 "task_id": lease.task_id,
                 "kind": "stale_result",
                 "transition_id": None,

@@ -40,6 +40,7 @@ from typing import Any, Final, Protocol
 
 from taskward.canonical import canonical_json, dumps
 from taskward.errors import NotificationNotFound, NotificationNotRetryable, TaskValidationError
+from taskward.ids import new_id
 from taskward.loops import raise_if_cancelling
 from taskward.store.port import Row, StateDB
 from taskward.store.retry import Streak, loop_backoff
@@ -393,7 +394,7 @@ async def enqueue_notification(
         inserted = await tx.execute(
             "outbox_enqueue",
             {
-                "id": str(uuid.uuid4()),
+                "id": new_id(),
                 "kind": kind,
                 "dedup_key": dedup_key,
                 "schedule_run_id": schedule_run_id,

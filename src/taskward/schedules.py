@@ -42,6 +42,7 @@ from taskward.errors import (
     TaskIdempotencyConflict,
     TaskValidationError,
 )
+from taskward.ids import new_id
 from taskward.lifecycle import ACTIVE
 from taskward.loops import raise_if_cancelling
 from taskward.models import DEFAULT_EXECUTION_TARGET, TaskApplication
@@ -211,7 +212,7 @@ async def create_schedule(
     row = await db.fetchone(
         "schedule_insert",
         {
-            "id": str(uuid.uuid4()),
+            "id": new_id(),
             "name": name,
             "cron_expression": cadence.cron.source if cadence.cron else None,
             "interval_s": interval_s,

@@ -14,13 +14,13 @@ task event commit in one transaction, or none of them do.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from taskward.canonical import content_hash, dumps
 from taskward.errors import InvalidTransition, TaskNotFound, TransitionIdempotencyConflict
 from taskward.groupcommit import GroupCommit
+from taskward.ids import new_id
 from taskward.lifecycle import ENTITY_TYPES, check_edge, check_reason_code, is_terminal
 from taskward.models import TransitionRequest, TransitionResult
 from taskward.store.guarded import update_shape
@@ -125,7 +125,7 @@ def _writes(
 ) -> tuple[list[tuple[str, dict[str, Any]]], str]:
     """The fact, its event and (for a terminal state) its notification, as named statements;
     the fact always comes first. Returns them and the event id."""
-    event_id = str(uuid.uuid4())
+    event_id = new_id()
     actor = request.actor.label()
     fact = {
         "id": transition_id,
@@ -170,7 +170,7 @@ def _writes(
     # changes dispatch_outbox, never this task. NULL max_attempts/ttl_s take the defaults.
     if is_terminal(request.to_state):
         outbox_row = {
-            "id": str(uuid.uuid4()),
+            "id": new_id(),
             "kind": "task_terminal",
             "dedup_key": f"task-terminal:{transition_id}",
             "schedule_run_id": request.entity_id,
@@ -238,7 +238,7 @@ async def apply_transition(
     R3's order, with one statement fewer on the common path. Returns the result and the
     ``returning`` columns of the updated row (None when nothing was written).
     """
-    transition_id = str(uuid.uuid4())
+    transition_id = new_id()
     try:
         updated = await tx.run_update_if(
             request.entity_id,
@@ -324,7 +324,7 @@ async def apply_transitions(
             keys: dict[str, str] = {}  # fact id -> its transition key
             for index in group:
                 request, guard, _, digest = items[index]
-                transition_id = str(uuid.uuid4())
+                transition_id = new_id()
                 updated = by_id.get(request.entity_id)
                 if updated is None:
                     results[index] = (await _lost(tx, request, digest, transition_id), None)
@@ -420,7 +420,7 @@ async def transition_at(
             conflict=True,
             previous_state=built[0].from_state,
             current_state=observed["status"] if observed else built[0].from_state,
-            transition_id=str(uuid.uuid4()),
+            transition_id=new_id(),
         )
 
 
