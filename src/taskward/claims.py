@@ -217,10 +217,10 @@ class Claimed:
     row: Row
 
 
-async def claim_batch(
-    db: StateDB, spec: WorkerSpec, candidates: Sequence[Row], *, limit: int, now: float
+async def _claim_in(
+    tx: Tx, spec: WorkerSpec, candidates: Sequence[Row], blocked: set[str], *, limit: int
 ) -> list[Claimed]:
-    """Claim up to ``limit`` of ``candidates`` in one transaction.
+    """Claim up to ``limit`` of ``candidates`` inside the pass's transaction.
 
     Each row still gets its own compare-and-swap, fact and event (ADR-0072 D3); they commit
     together. On PostgreSQL the chosen rows are first locked with ``FOR UPDATE SKIP LOCKED``,
@@ -228,18 +228,6 @@ async def claim_batch(
     serialization key turns out to be running elsewhere is rolled back alone (a savepoint) and
     stays blocked for the rest of the pass (ADR-0071 D5, R7).
     """
-    keyed = any(r.get("concurrency_key") for r in candidates)
-    blocked: set[str] = set()
-    if keyed:
-        blocked = {r["concurrency_key"] for r in await db.fetchall("run_running_concurrency_keys")}
-    async with db.transaction(now=now) as tx:
-        return await _claim_in(tx, spec, candidates, blocked, limit=limit)
-
-
-async def _claim_in(
-    tx: Tx, spec: WorkerSpec, candidates: Sequence[Row], blocked: set[str], *, limit: int
-) -> list[Claimed]:
-    """The claim writes of one pass, inside its transaction (see ``claim_batch``)."""
     claimed: list[tuple[int, Claimed]] = []
     lockable = await tx.fetchall(
         "run_lock_candidates", {"ids": json.dumps([r["id"] for r in candidates])}
@@ -304,9 +292,9 @@ async def claim_rows(
 ) -> list[Claimed]:
     """Claim up to ``min(limit, 20)`` runs this worker can serve; never blocks.
 
-    One round trip reads the pass's time (R9: the store's clock, once), this worker's heartbeat
-    and the attempt ceiling (R6); then candidates are paged and claimed in one transaction. A
-    lost claim or a concurrent cancel is skipped and not retried in this pass.
+    One transaction: its time is the pass's (R9: the store's clock, once); one round trip reads
+    this worker's heartbeat and the attempt ceiling (R6); then candidates are paged and claimed.
+    A lost claim or a concurrent cancel is skipped and not retried in this pass.
 
     With ``group`` the whole pass — reads and writes — runs as one unit of a shared group
     commit, so a worker's claims and its acknowledgements share commits (on SQLite, fsyncs);
@@ -321,27 +309,8 @@ async def claim_rows(
             lambda tx: _claim_pass(tx, spec, limit),
             fallback=lambda: claim_rows(db, spec, limit=limit),
         )
-    context = await db.fetchone("claim_context", {"worker_id": spec.worker_id, "now": now})
-    assert context is not None
-    now = float(context["now"])
-    last = context["last_heartbeat_at"]
-    if last is not None and now - float(last) > spec.heartbeat_ttl:
-        return []  # a known worker with a stale heartbeat claims nothing (ADR-0071 D4)
-    max_attempts = int(context["max_attempts"] or DEFAULT_MAX_ATTEMPTS)
-    claimed: list[Claimed] = []
-    after: Cursor | None = (None, None)
-    for _ in range(CONTENDED_RESCANS + 1):
-        wanted = limit - len(claimed)
-        candidates, after = await _find(
-            db, spec, limit=wanted, max_attempts=max_attempts, after=after or (None, None)
-        )
-        if not candidates:
-            break
-        got = await claim_batch(db, spec, candidates, limit=wanted, now=now)
-        claimed += got
-        if not _contended(got, candidates, wanted) or after is None:
-            break
-    return claimed
+    async with db.transaction(now=now) as tx:
+        return await _claim_pass(tx, spec, limit)
 
 
 def _contended(got: Sequence[Claimed], candidates: Sequence[Row], wanted: int) -> bool:
@@ -351,7 +320,7 @@ def _contended(got: Sequence[Claimed], candidates: Sequence[Row], wanted: int) -
 
 
 async def _claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
-    """``claim_rows`` inside an open (shared) transaction."""
+    """One claim pass inside an open transaction: its own, or a group commit's."""
     context = await tx.fetchone("claim_context", {"worker_id": spec.worker_id, "now": tx.now})
     assert context is not None
     last = context["last_heartbeat_at"]
