@@ -33,34 +33,22 @@ import psycopg
 import taskward
 from taskward.admission import validate_application
 
-try:
-    from _common import (
-        DEFAULT_PG_URL,
-        PgSchemas,
-        machine_description,
-        median,
-        pg_schema_url,
-        progress,
-        remove_sqlite_file,
-        render_table,
-        run_producers,
-        split_count,
-        with_query,
-    )
-except ImportError:  # run as ``python -m bench.admission``
-    from bench._common import (
-        DEFAULT_PG_URL,
-        PgSchemas,
-        machine_description,
-        median,
-        pg_schema_url,
-        progress,
-        remove_sqlite_file,
-        render_table,
-        run_producers,
-        split_count,
-        with_query,
-    )
+# Run as a file (`python bench/x.py`) or as a module (`python -m bench.x`): either way the
+# repository root is on the path and the shared helpers import as `bench._common`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._common import (
+    DEFAULT_PG_URL,
+    PgSchemas,
+    machine_description,
+    median,
+    pg_schema_url,
+    progress,
+    remove_sqlite_file,
+    render_table,
+    run_producers,
+    split_count,
+    with_query,
+)
 
 DEFAULT_COUNTS = {"sqlite": 5000, "postgres": 3000}
 GOAL_RATIO = 0.8

@@ -50,46 +50,28 @@ from typing import Any
 
 import psycopg
 
-try:
-    from _common import (
-        DEFAULT_PG_URL,
-        TASKS_MODULE,
-        Store,
-        Stores,
-        WorkerProcess,
-        admit_tasks,
-        analyze_store,
-        code_version,
-        drain_with_worker,
-        ensure_repo_on_path,
-        machine_description,
-        median,
-        progress,
-        raw_connection,
-        raw_rows,
-        raw_value,
-        render_table,
-    )
-except ImportError:  # run as ``python -m bench.depth``
-    from bench._common import (
-        DEFAULT_PG_URL,
-        TASKS_MODULE,
-        Store,
-        Stores,
-        WorkerProcess,
-        admit_tasks,
-        analyze_store,
-        code_version,
-        drain_with_worker,
-        ensure_repo_on_path,
-        machine_description,
-        median,
-        progress,
-        raw_connection,
-        raw_rows,
-        raw_value,
-        render_table,
-    )
+# Run as a file (`python bench/x.py`) or as a module (`python -m bench.x`): either way the
+# repository root is on the path and the shared helpers import as `bench._common`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._common import (
+    DEFAULT_PG_URL,
+    TASKS_MODULE,
+    Store,
+    Stores,
+    WorkerProcess,
+    admit_tasks,
+    analyze_store,
+    code_version,
+    drain_with_worker,
+    ensure_repo_on_path,
+    machine_description,
+    median,
+    progress,
+    raw_connection,
+    raw_rows,
+    raw_value,
+    render_table,
+)
 
 ensure_repo_on_path()
 

@@ -29,42 +29,26 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:
-    from _common import (
-        DEFAULT_PG_URL,
-        Stores,
-        WorkerProcess,
-        admit_tasks,
-        audit_store,
-        code_version,
-        drain_with_worker,
-        machine_description,
-        median,
-        progress,
-        raw_connection,
-        read_rss_mb,
-        render_table,
-        wait_for_completed,
-        wait_for_heartbeat,
-    )
-except ImportError:  # run as ``python -m bench.host``
-    from bench._common import (
-        DEFAULT_PG_URL,
-        Stores,
-        WorkerProcess,
-        admit_tasks,
-        audit_store,
-        code_version,
-        drain_with_worker,
-        machine_description,
-        median,
-        progress,
-        raw_connection,
-        read_rss_mb,
-        render_table,
-        wait_for_completed,
-        wait_for_heartbeat,
-    )
+# Run as a file (`python bench/x.py`) or as a module (`python -m bench.x`): either way the
+# repository root is on the path and the shared helpers import as `bench._common`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._common import (
+    DEFAULT_PG_URL,
+    Stores,
+    WorkerProcess,
+    admit_tasks,
+    audit_store,
+    code_version,
+    drain_with_worker,
+    machine_description,
+    median,
+    progress,
+    raw_connection,
+    read_rss_mb,
+    render_table,
+    wait_for_completed,
+    wait_for_heartbeat,
+)
 
 SLEEP_KIND = "bench.sleep"
 SLEEP_S = 0.05

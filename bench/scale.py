@@ -29,44 +29,27 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:
-    from _common import (
-        DEFAULT_PG_URL,
-        TASKS_MODULE,
-        Store,
-        Stores,
-        WorkerProcess,
-        audit_store,
-        code_version,
-        ensure_repo_on_path,
-        machine_description,
-        median,
-        progress,
-        raw_connection,
-        raw_rows,
-        raw_value,
-        render_table,
-        wait_for_heartbeat,
-    )
-except ImportError:  # run as ``python -m bench.scale``
-    from bench._common import (
-        DEFAULT_PG_URL,
-        TASKS_MODULE,
-        Store,
-        Stores,
-        WorkerProcess,
-        audit_store,
-        code_version,
-        ensure_repo_on_path,
-        machine_description,
-        median,
-        progress,
-        raw_connection,
-        raw_rows,
-        raw_value,
-        render_table,
-        wait_for_heartbeat,
-    )
+# Run as a file (`python bench/x.py`) or as a module (`python -m bench.x`): either way the
+# repository root is on the path and the shared helpers import as `bench._common`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._common import (
+    DEFAULT_PG_URL,
+    TASKS_MODULE,
+    Store,
+    Stores,
+    WorkerProcess,
+    audit_store,
+    code_version,
+    ensure_repo_on_path,
+    machine_description,
+    median,
+    progress,
+    raw_connection,
+    raw_rows,
+    raw_value,
+    render_table,
+    wait_for_heartbeat,
+)
 
 ensure_repo_on_path()
 

@@ -38,56 +38,33 @@ from typing import Any
 
 import psycopg
 
-try:
-    from _common import (
-        DEFAULT_PG_URL,
-        TASKS_MODULE,
-        Audit,
-        Drain,
-        Store,
-        Stores,
-        WorkerProcess,
-        admit_tasks,
-        analyze_store,
-        audit_store,
-        code_version,
-        drain_with_worker,
-        ensure_repo_on_path,
-        machine_description,
-        median,
-        percentile,
-        progress,
-        raw_connection,
-        raw_rows,
-        render_table,
-        wait_for_completed,
-        wait_for_heartbeat,
-    )
-except ImportError:  # run as ``python -m bench.worker``
-    from bench._common import (
-        DEFAULT_PG_URL,
-        TASKS_MODULE,
-        Audit,
-        Drain,
-        Store,
-        Stores,
-        WorkerProcess,
-        admit_tasks,
-        analyze_store,
-        audit_store,
-        code_version,
-        drain_with_worker,
-        ensure_repo_on_path,
-        machine_description,
-        median,
-        percentile,
-        progress,
-        raw_connection,
-        raw_rows,
-        render_table,
-        wait_for_completed,
-        wait_for_heartbeat,
-    )
+# Run as a file (`python bench/x.py`) or as a module (`python -m bench.x`): either way the
+# repository root is on the path and the shared helpers import as `bench._common`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._common import (
+    DEFAULT_PG_URL,
+    TASKS_MODULE,
+    Audit,
+    Drain,
+    Store,
+    Stores,
+    WorkerProcess,
+    admit_tasks,
+    analyze_store,
+    audit_store,
+    code_version,
+    drain_with_worker,
+    ensure_repo_on_path,
+    machine_description,
+    median,
+    percentile,
+    progress,
+    raw_connection,
+    raw_rows,
+    render_table,
+    wait_for_completed,
+    wait_for_heartbeat,
+)
 
 ensure_repo_on_path()
 
