@@ -132,6 +132,10 @@ async def test_postgres_restarted_and_sessions_terminated_mid_run_fail_no_task(
                 what="the LISTEN connections to come back after the restart",
             )
             await wait_until(lambda: at_least(db, total // 2), timeout=30, what="half done")
+            # The workers' own pool sessions (named tw-worker) are among those terminated.
+            report["worker_sessions_hit"] = await asyncio.to_thread(
+                lambda: pg_cluster.sessions("tw-worker")
+            )
             report["terminated_sessions"] = await asyncio.to_thread(pg_cluster.terminate_backends)
             back = time.monotonic()
             seen = await completed(db)
@@ -181,7 +185,11 @@ async def test_postgres_restarted_and_sessions_terminated_mid_run_fail_no_task(
     assert report["resume_after_restart_s"] < 10, report
     assert report["resume_after_terminate_s"] < 10, report
     assert report["probe_pickup_s"] < 3, report
-    assert met_the_outage > 0, f"the workers never met the outage: {report}"
+    # Proof that the faults reached the workers: their pool sessions were terminated (and
+    # their listeners went and came back, waited on above). Whether an operation was in flight
+    # at that moment is chance: a pool hands out only live connections, so a worker between
+    # two statements rides the outage out without a single StoreUnavailable (CI saw 0 once).
+    assert report["worker_sessions_hit"] >= n_workers, report
     assert retried["fail"] == 0, report
 
 
