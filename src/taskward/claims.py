@@ -306,11 +306,11 @@ async def claim_rows(
         return []
     if group is not None and now is None:
         return await group.run(
-            lambda tx: _claim_pass(tx, spec, limit),
+            lambda tx: claim_pass(tx, spec, limit),
             fallback=lambda: claim_rows(db, spec, limit=limit),
         )
     async with db.transaction(now=now) as tx:
-        return await _claim_pass(tx, spec, limit)
+        return await claim_pass(tx, spec, limit)
 
 
 def _contended(got: Sequence[Claimed], candidates: Sequence[Row], wanted: int) -> bool:
@@ -319,8 +319,12 @@ def _contended(got: Sequence[Claimed], candidates: Sequence[Row], wanted: int) -
     return len(got) < min(wanted, len(candidates))
 
 
-async def _claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
-    """One claim pass inside an open transaction: its own, or a group commit's."""
+async def claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
+    """One claim pass of at most ``limit`` (<= 20) inside an open transaction: its own, a group
+    commit's, or the one that completes the tasks whose slots it fills (LocalTaskSource)."""
+    limit = min(limit, CLAIM_CAP)
+    if limit <= 0:
+        return []
     context = await tx.fetchone("claim_context", {"worker_id": spec.worker_id, "now": tx.now})
     assert context is not None
     last = context["last_heartbeat_at"]

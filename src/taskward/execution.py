@@ -27,7 +27,7 @@ from taskward.models import Actor, StateReason, TransitionRequest, TransitionRes
 from taskward.oslocks import LockTimeout, machine_locks
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.store.port import Row, StateDB
-from taskward.transitions import transition_at
+from taskward.transitions import Built, transition_at
 
 log = logging.getLogger("taskward.execution")
 
@@ -170,23 +170,18 @@ async def record_stale_result(
     )
 
 
-async def finish_run(
-    db: StateDB,
+def finish_build(
     lease: Lease,
     outcome: Outcome | Callable[[float], Outcome],
     *,
     actor: Actor,
     evidence_refs: list[dict[str, Any]] | None = None,
-    now: float | None = None,
     key_suffix: str = "finish",
-    group: GroupCommit | None = None,
-) -> TransitionResult:
-    """One guarded transition out of ``running`` under ``lease`` (R4: state decides, not time).
+) -> Callable[[float], Built]:
+    """The guarded transition out of ``running`` under ``lease``, built at the operation's
+    time (``transitions.transition_at`` and ``transitions.apply_built`` take it)."""
 
-    ``outcome`` may be a function of the operation's time, evaluated inside the transaction.
-    """
-
-    def build(at: float) -> tuple[TransitionRequest, dict[str, Any], dict[str, Any]]:
+    def build(at: float) -> Built:
         resolved = outcome(at) if callable(outcome) else outcome
         request = TransitionRequest(
             entity_id=lease.task_id,
@@ -203,6 +198,27 @@ async def finish_run(
         )
         return request, lease.guard(), resolved.patch
 
+    return build
+
+
+async def finish_run(
+    db: StateDB,
+    lease: Lease,
+    outcome: Outcome | Callable[[float], Outcome],
+    *,
+    actor: Actor,
+    evidence_refs: list[dict[str, Any]] | None = None,
+    now: float | None = None,
+    key_suffix: str = "finish",
+    group: GroupCommit | None = None,
+) -> TransitionResult:
+    """One guarded transition out of ``running`` under ``lease`` (R4: state decides, not time).
+
+    ``outcome`` may be a function of the operation's time, evaluated inside the transaction.
+    """
+    build = finish_build(
+        lease, outcome, actor=actor, evidence_refs=evidence_refs, key_suffix=key_suffix
+    )
     return await transition_at(db, build, now=now, group=group)
 
 

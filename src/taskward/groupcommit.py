@@ -10,6 +10,15 @@ again through its own fallback (its ordinary single-transaction path), so a unit
 conflict is reported exactly as it would have been without batching, and no unit's write is ever
 lost or applied twice.
 
+Slow start: the first batch after an idle spell takes at most ``SLOW_START_BATCH`` units and each
+following batch twice as many, up to ``max_batch``. Units that arrive together after idling are
+usually tasks that finished together; answering the first few after a short transaction lets
+them restart while the rest commit, so a host's tasks spread out instead of moving in lockstep
+(all of them waiting for one long transaction, then all of them sleeping while the store idles).
+Under a steady backlog the flusher never idles and batches stay at ``max_batch``. Measured on
+``bench/host.py`` (concurrency 32, tasks awaiting 50 ms): 71-78% of ideal without, 85-87% with;
+the no-op drain of ``bench/worker.py`` did not slow down.
+
 Units of one *kind* (``run_many``) are handed to their kind's ``combine`` together, so that a
 batch of, say, forty terminal transitions is one set-based compare-and-swap statement plus one
 pipelined round of inserts instead of forty sequences of statements; ``combine`` returns one
@@ -30,6 +39,7 @@ T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741 - an item of a combinable kind
 
 DEFAULT_MAX_BATCH: Final = 64
+SLOW_START_BATCH: Final = 4
 FOLLOWER_TURNS: Final = 4
 
 
@@ -91,12 +101,14 @@ class GroupCommit:
                     pending.future.set_exception(asyncio.CancelledError())
 
     async def _drain_queue(self, batch: list[_Pending[Any]]) -> None:
+        size = SLOW_START_BATCH
         while True:
             await self._let_followers_in()
             if not self._queue:
                 return
-            batch[:] = self._queue[: self.max_batch]
-            self._queue = self._queue[self.max_batch :]
+            batch[:] = self._queue[:size]
+            self._queue = self._queue[size:]
+            size = min(self.max_batch, size * 2)
             self.batches += 1
             self.units += len(batch)
             # A batch of one takes the same path: its unit in a transaction of its own, with

@@ -112,10 +112,16 @@ class WorkerRuntime:
             default_timeout_s=config.default_timeout_s,
             lease_slack_s=config.lease_slack_s,
         )
-        self.source = LocalTaskSource(
-            db, self.spec, retry_policy=config.retry_policy, cwd=config.cwd
-        )
+        # One group commit for both: a task's summary, completion and the next claim for its
+        # slot are one step (LocalTaskSource.complete_with_summary).
         self.summaries = LocalSummaryStore(db)
+        self.source = LocalTaskSource(
+            db,
+            self.spec,
+            retry_policy=config.retry_policy,
+            cwd=config.cwd,
+            summaries=self.summaries,
+        )
         self.outbox = (
             OutboxDeliverer(db, config.outbox or OutboxConfig.from_env(), owner=config.worker_id)
             if config.deliver_outbox

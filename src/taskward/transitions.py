@@ -396,7 +396,7 @@ async def transition_at(
         # Share the commit, and the statements, with other transitions finishing at the same
         # moment; any error sends each of them down the ordinary path below, unchanged.
         return await group.run_many(
-            "transition", build, _apply_built, fallback=lambda: transition_at(db, build)
+            "transition", build, apply_built, fallback=lambda: transition_at(db, build)
         )
     built: Built | None = None
     digest = ""
@@ -424,9 +424,10 @@ async def transition_at(
         )
 
 
-async def _apply_built(tx: Tx, builds: list[Callable[[float], Built]]) -> list[TransitionResult]:
-    """GroupCommit's combine for ``transition_at``: build each at the batch's time, check it
-    statically, and apply them all set-based."""
+async def apply_built(tx: Tx, builds: list[Callable[[float], Built]]) -> list[TransitionResult]:
+    """Build each transition at ``tx``'s time, check it statically, and apply them all
+    set-based (GroupCommit's combine for ``transition_at``). A replayed idempotency key raises
+    ``KeyAlreadyUsed``: the caller's transaction is then rolled back whole."""
     prepared: list[Prepared] = []
     for build in builds:
         request, guard, patch = build(tx.now)

@@ -192,8 +192,10 @@ async def test_default_registry_is_used_when_none_is_given(db: StateDB) -> None:
 
 @pytest.mark.parametrize(
     "args,caps,ref,lib_hash",
-    [({}, [], None, None), ({"b": [1, {"z": None, "a": "é"}], "a": 1.5}, ["x", "y"], "lib@1",
-                            "sha256:00")],
+    [
+        ({}, [], None, None),
+        ({"b": [1, {"z": None, "a": "é"}], "a": 1.5}, ["x", "y"], "lib@1", "sha256:00"),
+    ],
 )
 def test_spliced_hash_equals_the_hash_of_the_canonical_dict(
     args: dict[str, object], caps: list[str], ref: str | None, lib_hash: str | None
@@ -201,12 +203,20 @@ def test_spliced_hash_equals_the_hash_of_the_canonical_dict(
     from taskward.admission import application_hash_of
     from taskward.canonical import canonical_json, content_hash
 
-    expected = content_hash({
-        "action_kind": "command", "args": args, "execution_target": "host",
-        "required_capabilities": caps, "library_ref": ref, "library_content_hash": lib_hash,
-    })
-    assert application_hash_of("command", canonical_json(args), "host", caps, ref,
-                               lib_hash) == expected
+    expected = content_hash(
+        {
+            "action_kind": "command",
+            "args": args,
+            "execution_target": "host",
+            "required_capabilities": caps,
+            "library_ref": ref,
+            "library_content_hash": lib_hash,
+        }
+    )
+    assert (
+        application_hash_of("command", canonical_json(args), "host", caps, ref, lib_hash)
+        == expected
+    )
 
 
 # -- bulk admission ----------------------------------------------------------------------------
@@ -217,8 +227,8 @@ async def test_submit_tasks_admits_in_order_with_per_key_semantics(db: StateDB) 
 
     first = await submit_task(db, app(idempotency_key="old"), registry=REGISTRY)
     apps = [app(idempotency_key=f"bulk-{i}") for i in range(50)]
-    apps.insert(10, app(idempotency_key="old"))          # a replay returns the original id
-    apps.append(app(idempotency_key="bulk-3"))           # the same key twice is one task
+    apps.insert(10, app(idempotency_key="old"))  # a replay returns the original id
+    apps.append(app(idempotency_key="bulk-3"))  # the same key twice is one task
     ids = await submit_tasks(db, apps, registry=REGISTRY)
     assert len(ids) == 52 and ids[10] == first and ids[-1] == ids[3]
     assert len(set(ids)) == 51
@@ -232,15 +242,20 @@ async def test_submit_tasks_is_all_or_nothing(db: StateDB) -> None:
 
     first = await submit_task(db, app(idempotency_key="taken"), registry=REGISTRY)
     with pytest.raises(TaskIdempotencyConflict) as info:
-        await submit_tasks(db, [app(idempotency_key="n1"),
-                                app(idempotency_key="taken", execution_target="process")],
-                           registry=REGISTRY)
+        await submit_tasks(
+            db,
+            [app(idempotency_key="n1"), app(idempotency_key="taken", execution_target="process")],
+            registry=REGISTRY,
+        )
     assert info.value.existing_task_id == first
     with pytest.raises(TaskValidationError, match="application 1"):
-        await submit_tasks(db, [app(idempotency_key="n2"), app(idempotency_key="")],
-                           registry=REGISTRY)
+        await submit_tasks(
+            db, [app(idempotency_key="n2"), app(idempotency_key="")], registry=REGISTRY
+        )
     with pytest.raises(TaskValidationError, match="two different"):
-        await submit_tasks(db, [app(idempotency_key="n3"),
-                                app(idempotency_key="n3", execution_target="process")],
-                           registry=REGISTRY)
+        await submit_tasks(
+            db,
+            [app(idempotency_key="n3"), app(idempotency_key="n3", execution_target="process")],
+            registry=REGISTRY,
+        )
     assert await count_runs(db) == 1

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 import taskward
-from taskward.groupcommit import GroupCommit
+from taskward.groupcommit import SLOW_START_BATCH, GroupCommit
 from taskward.store.port import StateDB, Tx
 
 from .helpers import request, submit
@@ -102,7 +102,7 @@ async def test_follow_up_units_join_the_next_batch_together(db: StateDB) -> None
     """Callers answered by one commit and submitting their next unit at once (a host writes a
     summary, then completes) share the next batch, even when other work is already queued,
     instead of trickling into the batch after it."""
-    ids = [await submit(db) for _ in range(16)]
+    ids = [await submit(db) for _ in range(SLOW_START_BATCH)]
     group = GroupCommit(db)
     extra: list[asyncio.Future[str]] = []
 
@@ -125,6 +125,27 @@ async def test_follow_up_units_join_the_next_batch_together(db: StateDB) -> None
         return first, second
 
     results = await asyncio.gather(*(two_steps(i) for i in ids))
-    assert results == [("queued", "queued")] * 16
+    assert results == [("queued", "queued")] * len(ids)
     assert await extra[0] == "queued"
-    assert (group.units, group.batches) == (33, 2)
+    assert (group.units, group.batches) == (2 * len(ids) + 1, 2)
+
+
+async def test_a_burst_after_idle_starts_with_a_small_batch_and_doubles(db: StateDB) -> None:
+    """Slow start: units that arrive together after an idle spell go in batches of 4, 8, 16...
+    so the first of them are answered after a short transaction instead of all waiting for one
+    long one (tasks that finish together then restart spread out, not in lockstep)."""
+    task_id = await submit(db)
+    group = GroupCommit(db, max_batch=16)
+    batch_of: list[int] = []
+
+    async def unit(tx: Tx) -> str:
+        batch_of.append(group.batches)  # counted as each batch is taken
+        return await _status_of(tx, task_id)
+
+    await asyncio.gather(*(group.run(unit, fallback=lambda: asyncio.sleep(0)) for _ in range(40)))
+    sizes = [batch_of.count(n) for n in dict.fromkeys(batch_of)]
+    assert sizes == [SLOW_START_BATCH, 2 * SLOW_START_BATCH, 16, 12]
+    # Idle again: the next burst starts small again.
+    batch_of.clear()
+    await asyncio.gather(*(group.run(unit, fallback=lambda: asyncio.sleep(0)) for _ in range(6)))
+    assert [batch_of.count(n) for n in dict.fromkeys(batch_of)] == [SLOW_START_BATCH, 2]

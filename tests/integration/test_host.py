@@ -8,7 +8,7 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,15 +69,37 @@ async def submit(
     return await taskward.submit_task(db, app, registry=registry)
 
 
+# Every test here runs twice: with the host's two-step finish (SummaryStore.write, then
+# complete, then a claim by the serve loop) and with LocalTaskSource's one-step finish
+# (complete_with_summary: all three in one transaction), which ``taskward worker`` uses.
+FINISH = {"one_step": False}
+
+
+@pytest.fixture(autouse=True, params=["two_steps", "one_step"])
+def finish_mode(request: pytest.FixtureRequest) -> Iterator[str]:
+    FINISH["one_step"] = request.param == "one_step"
+    yield str(request.param)
+    FINISH["one_step"] = False
+
+
 def source(
     db: StateDB,
     worker_id: str = "host:aaaaaaaa",
     *,
     cwd: Path | None = None,
     registry: TaskAdapterRegistry = REGISTRY,
+    one_step: bool | None = None,
 ) -> LocalTaskSource:
     spec = WorkerSpec(worker_id=worker_id, kinds=registry.kinds(), lease_ttl=20.0)
-    return LocalTaskSource(db, spec, retry_policy=IMMEDIATE, cwd=cwd)
+    one_step = FINISH["one_step"] if one_step is None else one_step
+    summaries = LocalSummaryStore(db) if one_step else None
+    return LocalTaskSource(db, spec, retry_policy=IMMEDIATE, cwd=cwd, summaries=summaries)
+
+
+def summaries_of(src: LocalTaskSource, db: StateDB) -> LocalSummaryStore:
+    """The source's own summary store (one-step finish), else a separate one."""
+    own = src.summary_store
+    return own if own is not None else LocalSummaryStore(db)
 
 
 def host(
@@ -90,7 +112,7 @@ def host(
 ) -> ResidentEngineHost:
     return ResidentEngineHost(
         source=src,
-        summaries=LocalSummaryStore(db),
+        summaries=summaries_of(src, db),
         max_concurrent_tasks=max_concurrent_tasks,
         session_factory=session_factory,
         run_task=run_task,

@@ -11,15 +11,17 @@ from taskward.host.local import (
     resolve_manifest,
 )
 from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
-from taskward.host.ports import SummaryStore, TaskSource
+from taskward.host.ports import FinishesInOneStep, SummaryNotWritten, SummaryStore, TaskSource
 
 __all__ = [
     "AdapterRunner",
+    "FinishesInOneStep",
     "LocalSummaryStore",
     "LocalTaskSource",
     "ResidentEngineHost",
     "SessionSummary",
     "SummaryConflict",
+    "SummaryNotWritten",
     "SummaryStore",
     "Task",
     "TaskAck",

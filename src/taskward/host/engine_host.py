@@ -8,7 +8,10 @@ Rules enforced here:
 - ``cwd`` must exist and be a directory; the host never calls ``os.chdir`` (D3);
 - a reached deadline fails with ``deadline`` before a session exists; a lease that cannot cover
   the deadline is ``invalid_task``; a watchdog cancels the run at the deadline (D3, D5);
-- success: facts, best-effort narrative, ``SummaryStore.write``, then ``complete`` (D4);
+- success: facts, best-effort narrative, ``SummaryStore.write``, then ``complete`` (D4); a
+  source that ``FinishesInOneStep`` into this host's summary store does both in one atomic step,
+  summary first, and may lease the next task for the slot that step frees (D3: a lease only for
+  a free slot, never more than ``max_concurrent_tasks``), which the same job then runs;
 - failure: best-effort ``mark_pending`` then ``fail``; errors of both are kept and logged (D4);
 - a host shutdown reports a retryable failure, never a cancelled task (R10);
 - a store that is away (``StoreUnavailable``) fails no task: claims back off and retry, and a
@@ -30,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
-from taskward.host.ports import SummaryStore, TaskSource
+from taskward.host.ports import FinishesInOneStep, SummaryNotWritten, SummaryStore, TaskSource
 from taskward.loops import raise_if_cancelling
 from taskward.store.retry import STORE_BACKOFF, Streak, retry_while_unavailable
 
@@ -115,8 +118,19 @@ class ResidentEngineHost:
         self._claims_settled.set()
         self._shutdown = False
         self._claim_streak = Streak(STORE_BACKOFF, what="claim", logger=None)
+        self._one_step: FinishesInOneStep | None = (
+            source
+            if isinstance(source, FinishesInOneStep) and source.writes_summaries_to(summaries)
+            else None
+        )
 
     # -- public ----------------------------------------------------------------------------
+
+    @property
+    def finishes_in_one_step(self) -> bool:
+        """Whether a successful task's summary, completion and next lease are one step of the
+        source (``FinishesInOneStep``) rather than ``write``, ``complete`` and a claim."""
+        return self._one_step is not None
 
     @property
     def active_count(self) -> int:
@@ -278,6 +292,20 @@ class ResidentEngineHost:
         return None
 
     async def _job(self, task: Task) -> None:
+        """Run ``task``; then, while its finish leased the next task for this slot, run that."""
+        job = asyncio.current_task()
+        next_task: Task | None = task
+        while next_task is not None:
+            if job is not None and job in self._active:
+                self._active[job] = next_task
+            next_task = await self._run_one(next_task)
+
+    def _may_claim_next(self) -> int:
+        """Evaluated inside the finishing step: one lease for the slot it frees, unless this
+        host stopped claiming meanwhile (D3)."""
+        return 0 if self._stopping else 1
+
+    async def _run_one(self, task: Task) -> Task | None:
         key = session_key_for(task)
         started = self.clock()
         started_mono = time.monotonic()
@@ -285,7 +313,7 @@ class ResidentEngineHost:
         failure = self._precheck(task)
         if failure is not None:
             await self._report_failure(task, key, failure)
-            return
+            return None
         try:
             session = self.session_factory()
         except Exception as exc:
@@ -296,7 +324,7 @@ class ResidentEngineHost:
                     code="flow_failed", retryable=True, detail=f"session setup failed: {exc!r}"
                 ),
             )
-            return
+            return None
         budget = (task.deadline - self.clock()).total_seconds()
         watchdog = asyncio.timeout(budget)
         try:
@@ -311,13 +339,13 @@ class ResidentEngineHost:
                 else TaskFailure(code="flow_failed", retryable=True, detail=f"TimeoutError: {exc}")
             )
             await self._report_failure(task, key, failure)
-            return
+            return None
         except TaskRunFailure as exc:
             code = exc.code if exc.code in _FAILURE_CODES else "flow_failed"
             await self._report_failure(
                 task, key, TaskFailure(code=code, retryable=exc.retryable, detail=exc.detail)
             )
-            return
+            return None
         except asyncio.CancelledError:
             # R10: a host shutdown is a retryable failure, never a cancelled task.
             await asyncio.shield(
@@ -334,8 +362,8 @@ class ResidentEngineHost:
                     code="flow_failed", retryable=True, detail=f"{type(exc).__name__}: {exc}"
                 ),
             )
-            return
-        await self._complete(task, key, session, output, started, started_mono)
+            return None
+        return await self._complete(task, key, session, output, started, started_mono)
 
     async def _complete(
         self,
@@ -345,43 +373,26 @@ class ResidentEngineHost:
         output: dict[str, Any],
         started: datetime,
         started_mono: float,
-    ) -> None:
+    ) -> Task | None:
+        """D4 success: summary, then completion. Returns the task the finish leased for this
+        slot, if any (one-step sources only)."""
         try:
-            ended = self.clock()
-            facts = {
-                "task_id": task.id,
-                "attempt": task.attempt,
-                "run_id": key,
-                "started_at": started.isoformat(),
-                "ended_at": ended.isoformat(),
-                "elapsed_ms": round((time.monotonic() - started_mono) * 1000, 3),
-                "operation_statuses": dict(output.get("operation_statuses", {})),
-                "artifact_refs": list(output.get("artifact_refs", [])),
-                "usage": dict(output.get("usage", {})),
-                "degraded": bool(output.get("degraded", False)),
-                "degrade_reason": str(output.get("degrade_reason", "")),
-            }
-            narrative: str | None = None
-            if self.summarize is not None:
-                try:  # best-effort: facts and manifest are authoritative (D4)
-                    narrative = await self.summarize(task, session, output)
-                except Exception as exc:
-                    log.warning("task %s: narrative failed: %r", task.id, exc)
-            summary = SessionSummary(
-                facts=facts, narrative=narrative, manifest_ref=manifest_ref_for(task)
-            )
+            summary = await self._summary(task, key, session, output, started, started_mono)
+            if self._one_step is not None:
+                return await self._finish_in_one_step(task, key, summary)
             await retry_while_unavailable(
                 lambda: self.summaries.write(key, summary), what=f"task {task.id}: summary"
             )
-        except Exception as exc:
+        except Exception as exc:  # the summary was not written: never complete (D4)
+            cause = exc.__cause__ if isinstance(exc, SummaryNotWritten) else exc
             await self._report_failure(
                 task,
                 key,
                 TaskFailure(
-                    code="summary_failed", retryable=True, detail=f"summary not written: {exc!r}"
+                    code="summary_failed", retryable=True, detail=f"summary not written: {cause!r}"
                 ),
             )
-            return
+            return None
         try:
             ack = await asyncio.shield(
                 retry_while_unavailable(
@@ -395,8 +406,98 @@ class ResidentEngineHost:
             )
         except Exception as exc:
             self._keep_error(f"task {task.id}: complete failed: {exc!r}")
-            return
+            return None
         self._note_ack(task, ack, "completed")
+        return None
+
+    async def _summary(
+        self,
+        task: Task,
+        key: str,
+        session: Any,
+        output: dict[str, Any],
+        started: datetime,
+        started_mono: float,
+    ) -> SessionSummary:
+        """The host-authored facts, the best-effort narrative and the manifest (D4)."""
+        ended = self.clock()
+        facts = {
+            "task_id": task.id,
+            "attempt": task.attempt,
+            "run_id": key,
+            "started_at": started.isoformat(),
+            "ended_at": ended.isoformat(),
+            "elapsed_ms": round((time.monotonic() - started_mono) * 1000, 3),
+            "operation_statuses": dict(output.get("operation_statuses", {})),
+            "artifact_refs": list(output.get("artifact_refs", [])),
+            "usage": dict(output.get("usage", {})),
+            "degraded": bool(output.get("degraded", False)),
+            "degrade_reason": str(output.get("degrade_reason", "")),
+        }
+        narrative: str | None = None
+        if self.summarize is not None:
+            try:  # best-effort: facts and manifest are authoritative (D4)
+                narrative = await self.summarize(task, session, output)
+            except Exception as exc:
+                log.warning("task %s: narrative failed: %r", task.id, exc)
+        return SessionSummary(facts=facts, narrative=narrative, manifest_ref=manifest_ref_for(task))
+
+    async def _finish_in_one_step(
+        self, task: Task, key: str, summary: SessionSummary
+    ) -> Task | None:
+        """Summary, completion and the next lease for this slot in one step of the source.
+
+        Shielded like ``complete``: a cancelled job (host shutdown) lets the step finish, and a
+        task it leased meanwhile is handed back at once as a host-shutdown retry (R10), so no
+        lease is left to expire.
+        """
+        assert self._one_step is not None
+        one_step = self._one_step
+        if self.should_stop_claiming():
+            self.stop_claiming("should_stop_claiming")
+        step = asyncio.ensure_future(
+            retry_while_unavailable(
+                lambda: one_step.complete_with_summary(
+                    task.id,
+                    task.lease_id,
+                    TaskResult(run_id=key, status="completed", summary_ref=key),
+                    summary,
+                    claim_next=self._may_claim_next,
+                ),
+                what=f"task {task.id}: complete",
+            )
+        )
+        try:
+            ack, leased = await asyncio.shield(step)
+        except asyncio.CancelledError:
+            await asyncio.wait({step}, timeout=SHUTDOWN_GRACE_S)
+            if step.done() and not step.cancelled() and step.exception() is None:
+                ack, leased = step.result()
+                self._note_ack(task, ack, "completed")
+                for orphan in leased:
+                    await self._report_failure(
+                        orphan,
+                        session_key_for(orphan),
+                        TaskFailure(code="cancelled", retryable=True, detail="host shutdown"),
+                    )
+            raise
+        except SummaryNotWritten:
+            raise
+        except Exception as exc:
+            self._keep_error(f"task {task.id}: complete failed: {exc!r}")
+            return None
+        self._note_ack(task, ack, "completed")
+        self.stats.claimed += len(leased)
+        for extra in leased[1:]:  # a misbehaving source must not make us exceed the bound (D3)
+            self._keep_error(f"source leased {len(leased)} tasks for one freed slot")
+            await self._report_failure(
+                extra,
+                session_key_for(extra),
+                TaskFailure(
+                    code="invalid_task", retryable=True, detail="leased beyond the free slots"
+                ),
+            )
+        return leased[0] if leased else None
 
     async def _report_failure(self, task: Task, key: str, failure: TaskFailure) -> None:
         try:

@@ -12,22 +12,32 @@ from __future__ import annotations
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
 from taskward.canonical import canonical_json, dumps, text_hash
-from taskward.claims import Lease, WorkerSpec, claim_rows
-from taskward.errors import TransitionIdempotencyConflict
-from taskward.execution import Outcome, RetryPolicy, execute_lease, finish_run, outcome_for
+from taskward.claims import CLAIM_CAP, Claimed, Lease, WorkerSpec, claim_pass, claim_rows
+from taskward.errors import StoreUnavailable, TransitionIdempotencyConflict
+from taskward.execution import (
+    Outcome,
+    RetryPolicy,
+    execute_lease,
+    finish_build,
+    finish_run,
+    outcome_for,
+)
 from taskward.groupcommit import GroupCommit
 from taskward.host.engine_host import TaskRunFailure
 from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
-from taskward.models import Actor
+from taskward.host.ports import SummaryNotWritten, SummaryStore
+from taskward.models import Actor, TransitionResult
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.settings import get_max_attempts
 from taskward.store.port import Row, StateDB, Tx
+from taskward.transitions import Built, apply_built
 
 log = logging.getLogger("taskward.host.local")
 
@@ -54,6 +64,30 @@ class SummaryConflict(ValueError):
     """A different summary was written for a session key that is already complete (D4)."""
 
 
+@dataclass
+class _Finish:
+    """One task's summary, completion and next claim, for ``complete_with_summary``."""
+
+    summary: dict[str, Any]
+    build: Callable[[float], Built]
+    claim_next: Callable[[], int]
+
+
+@dataclass
+class _Finished:
+    """What the one step did: the completion's transition (or, on the two-step path, its
+    acknowledgement already settled) and the runs leased for the freed slot."""
+
+    claimed: list[Claimed]
+    transition: TransitionResult | None = None
+    ack: TaskAck | None = None
+
+
+class _SummaryExists(Exception):
+    """A batch of one-step finishes met a summary row already there (a replay or a conflict):
+    the batch rolls back and each finish takes the two-step path, which judges it."""
+
+
 def _parse_lease_id(value: str) -> tuple[str, int] | None:
     holder, sep, attempt = value.rpartition("/")
     if not sep or not holder or not attempt.isdigit():
@@ -72,6 +106,7 @@ class LocalTaskSource:
         retry_policy: RetryPolicy | None = None,
         cwd: Path | None = None,
         group: GroupCommit | None = None,
+        summaries: LocalSummaryStore | None = None,
     ) -> None:
         self.db = db
         self.spec = spec
@@ -79,7 +114,14 @@ class LocalTaskSource:
         self.cwd = cwd or Path(os.getcwd())
         self._claims: dict[str, ClaimedRun] = {}
         self._acks: OrderedDict[tuple[str, str], tuple[str, TaskAck]] = OrderedDict()
-        self._group = group if group is not None else GroupCommit(db)
+        # With a summary store, this source completes a task and writes its summary in one
+        # step (``complete_with_summary``): both must then share one group commit.
+        self._summaries = summaries
+        if group is None:
+            group = summaries.group if summaries is not None else GroupCommit(db)
+        elif summaries is not None and summaries.group is not group:
+            raise ValueError("the summary store must share this source's group commit")
+        self._group = group
         self._signal = db.signal("queued")
         self._seen = self._signal.seq
 
@@ -118,12 +160,14 @@ class LocalTaskSource:
     async def claim_many(self, limit: int) -> list[Task]:
         """Claim at most ``limit`` tasks (the host passes its free slots: no prefetch)."""
         self._seen = self._signal.seq
-        tasks = []
         # The claim pass shares commits with this source's acknowledgements and summaries.
-        for claimed in await claim_rows(self.db, self.spec, limit=limit, group=self._group):
-            self._claims[claimed.lease.task_id] = ClaimedRun(row=claimed.row, lease=claimed.lease)
-            tasks.append(self._task_for(claimed.row, claimed.lease))
-        return tasks
+        claimed = await claim_rows(self.db, self.spec, limit=limit, group=self._group)
+        return [self._register(c) for c in claimed]
+
+    def _register(self, claimed: Claimed) -> Task:
+        """Remember a lease in the side channel and hand the host its Task."""
+        self._claims[claimed.lease.task_id] = ClaimedRun(row=claimed.row, lease=claimed.lease)
+        return self._task_for(claimed.row, claimed.lease)
 
     async def claim(self) -> Task | None:
         """One task or None; never blocks waiting for work."""
@@ -154,7 +198,10 @@ class LocalTaskSource:
         *,
         completed: TaskResult | None = None,
         failure: TaskFailure | None = None,
+        alone: bool = False,
     ) -> TaskAck:
+        """One acknowledgement, judged by database state (R4). ``alone``: in a transaction of
+        its own, not the group commit (a group commit's fallbacks must not queue behind it)."""
         digest = canonical_json(payload)
         cached = self._acks.get((task_id, lease_id))
         if cached is not None:  # exact replay: same answer, no repeated effects
@@ -180,7 +227,37 @@ class LocalTaskSource:
         # The ceiling only matters for a failure (retry or dead-letter); read it then (R6).
         max_attempts = await get_max_attempts(self.db) if failure is not None else 0
         execution = claim.result if claim is not None and ours else None
+        outcome, resolved = self._deferred_outcome(
+            row, lease, payload, execution, completed, failure, max_attempts=max_attempts
+        )
+        try:
+            transition = await finish_run(
+                self.db,
+                lease,
+                outcome,
+                actor=Actor(type="system", id=holder),
+                evidence_refs=self._evidence(execution, completed),
+                key_suffix="ack",
+                group=None if alone else self._group,
+            )
+        except TransitionIdempotencyConflict:
+            self._forget(task_id, lease_id)
+            return TaskAck(applied=False, rejection="stale_lease")
+        return self._settle(task_id, lease_id, digest, transition, resolved)
 
+    def _deferred_outcome(
+        self,
+        row: Row,
+        lease: Lease,
+        payload: dict[str, Any],
+        execution: TaskExecutionResult | None,
+        completed: TaskResult | None,
+        failure: TaskFailure | None,
+        *,
+        max_attempts: int,
+    ) -> tuple[Callable[[float], Outcome], list[Outcome]]:
+        """The outcome as a function of the operation's time, and where it is kept once
+        resolved (the acknowledgement reports a reached ceiling)."""
         resolved: list[Outcome] = []
 
         def outcome(now: float) -> Outcome:
@@ -198,24 +275,26 @@ class LocalTaskSource:
             )
             return resolved[-1]
 
+        return outcome, resolved
+
+    @staticmethod
+    def _evidence(
+        execution: TaskExecutionResult | None, completed: TaskResult | None
+    ) -> list[dict[str, Any]]:
         evidence = list(execution.evidence_refs) if execution else []
         if completed is not None:
             evidence.append({"kind": "summary", "session_key": completed.summary_ref})
-        try:
-            # The actor is the lease's holder, not this source instance, so an exact replay
-            # presented through another source (a restarted host) is the same request (D2).
-            transition = await finish_run(
-                self.db,
-                lease,
-                outcome,
-                actor=Actor(type="system", id=holder),
-                evidence_refs=evidence,
-                key_suffix="ack",
-                group=self._group,
-            )
-        except TransitionIdempotencyConflict:
-            self._forget(task_id, lease_id)
-            return TaskAck(applied=False, rejection="stale_lease")
+        return evidence
+
+    def _settle(
+        self,
+        task_id: str,
+        lease_id: str,
+        digest: str,
+        transition: TransitionResult,
+        resolved: list[Outcome],
+    ) -> TaskAck:
+        """The acknowledgement for a committed (or refused) terminal transition."""
         if not transition.applied:
             # The row moved on (reclaimed, reaped, cancelled): this lease can never be
             # acknowledged again, so the side channel need not remember it.
@@ -232,6 +311,132 @@ class LocalTaskSource:
             self._acks.popitem(last=False)
         self._forget(task_id, lease_id)
         return ack
+
+    # -- one-step finish (host.ports.FinishesInOneStep) ------------------------------------
+
+    @property
+    def summary_store(self) -> LocalSummaryStore | None:
+        """The summary store this source writes into when it finishes a task in one step."""
+        return self._summaries
+
+    def writes_summaries_to(self, store: SummaryStore) -> bool:
+        return self._summaries is not None and store is self._summaries
+
+    async def complete_with_summary(
+        self,
+        task_id: str,
+        lease_id: str,
+        result: TaskResult,
+        summary: SessionSummary,
+        *,
+        claim_next: Callable[[], int],
+    ) -> tuple[TaskAck, list[Task]]:
+        """The summary, the completion and the next claim for the freed slot in one transaction
+        — shared, like every unit of the group commit, with the other tasks finishing at the
+        same moment — instead of three commits one after the other.
+
+        D4 holds inside the transaction: the summary row is written first and the completion
+        commits only with it; D3 holds too: the claim pass runs after the completions it follows
+        and asks for at most ``claim_next()`` per finished task. Anything unusual (a summary
+        already there, a replay, an error) rolls the batch back and each finish takes the
+        two-step path: ``write``, then ``complete``, then ``claim_many``, each on its own.
+        """
+        if self._summaries is None:
+            raise RuntimeError("this LocalTaskSource was built without a summary store")
+        payload = result.model_dump(mode="json")
+        digest = canonical_json(payload)
+        claim = self._claims.get(task_id)
+        parsed = _parse_lease_id(lease_id)
+
+        async def two_steps() -> _Finished:
+            return await self._finish_in_steps(task_id, lease_id, result, summary, claim_next)
+
+        if (
+            claim is None
+            or claim.lease.lease_id != lease_id
+            or parsed is None
+            or (task_id, lease_id) in self._acks
+        ):
+            finished = await two_steps()
+            return self._finished(finished, task_id, lease_id, digest, [])
+        outcome, resolved = self._deferred_outcome(
+            claim.row, claim.lease, payload, claim.result, result, None, max_attempts=0
+        )
+        item = _Finish(
+            summary=self._summaries.params(result.summary_ref, summary),
+            build=finish_build(
+                claim.lease,
+                outcome,
+                actor=Actor(type="system", id=parsed[0]),
+                evidence_refs=self._evidence(claim.result, result),
+                key_suffix="ack",
+            ),
+            claim_next=claim_next,
+        )
+        finished = await self._group.run_many(
+            "host_finish", item, self._finish_together, fallback=two_steps
+        )
+        return self._finished(finished, task_id, lease_id, digest, resolved)
+
+    def _finished(
+        self,
+        finished: _Finished,
+        task_id: str,
+        lease_id: str,
+        digest: str,
+        resolved: list[Outcome],
+    ) -> tuple[TaskAck, list[Task]]:
+        if finished.ack is not None:
+            ack = finished.ack
+        else:
+            assert finished.transition is not None
+            ack = self._settle(task_id, lease_id, digest, finished.transition, resolved)
+        return ack, [self._register(c) for c in finished.claimed]
+
+    async def _finish_together(self, tx: Tx, items: list[_Finish]) -> list[_Finished]:
+        """GroupCommit's combine for ``complete_with_summary``: every summary (one multi-row
+        upsert), then every completion (one set-based compare-and-swap), then claim passes of
+        at most 20 for the slots those completions freed."""
+        written = await _write_summaries(tx, [item.summary for item in items])
+        if any(row is None for row in written):
+            raise _SummaryExists
+        transitions = await apply_built(tx, [item.build for item in items])
+        wanted = [max(0, item.claim_next()) for item in items]
+        claimed: list[Claimed] = []
+        while len(claimed) < sum(wanted):
+            ask = min(CLAIM_CAP, sum(wanted) - len(claimed))
+            got = await claim_pass(tx, self.spec, ask)
+            claimed += got
+            if len(got) < ask:
+                break  # the queue has no more for this worker
+        finished = []
+        for transition, count in zip(transitions, wanted, strict=True):
+            finished.append(_Finished(claimed=claimed[:count], transition=transition))
+            del claimed[:count]
+        return finished
+
+    async def _finish_in_steps(
+        self,
+        task_id: str,
+        lease_id: str,
+        result: TaskResult,
+        summary: SessionSummary,
+        claim_next: Callable[[], int],
+    ) -> _Finished:
+        """The two-step path, each step in a transaction of its own (never the group's)."""
+        assert self._summaries is not None
+        try:
+            await self._summaries.write(result.summary_ref, summary, alone=True)
+        except StoreUnavailable:
+            raise  # the host retries the whole finish: every step of it is idempotent
+        except Exception as exc:
+            raise SummaryNotWritten(f"summary not written: {exc!r}") from exc
+        ack = await self._acknowledge(
+            task_id, lease_id, result.model_dump(mode="json"), completed=result, alone=True
+        )
+        count = claim_next()
+        claimed = await claim_rows(self.db, self.spec, limit=count) if count > 0 else []
+        return _Finished(claimed=claimed, ack=ack)
 
     def _forget(self, task_id: str, lease_id: str) -> None:
         claim = self._claims.get(task_id)
@@ -365,7 +570,7 @@ class LocalSummaryStore:
 
     def __init__(self, db: StateDB, *, group: GroupCommit | None = None) -> None:
         self.db = db
-        self._group = group if group is not None else GroupCommit(db)
+        self.group = group if group is not None else GroupCommit(db)
 
     @staticmethod
     def _split(session_key: str) -> tuple[str | None, int | None]:
@@ -374,29 +579,37 @@ class LocalSummaryStore:
             return task_id, int(attempt)
         return None, None
 
-    async def write(self, session_key: str, summary: SessionSummary) -> None:
+    def params(self, session_key: str, summary: SessionSummary) -> dict[str, Any]:
+        """The ``summary_write`` parameters for ``summary`` under ``session_key``."""
         text = canonical_json(summary.model_dump(mode="json"))
-        digest = text_hash(text)
         task_id, attempt = self._split(session_key)
-        params = {
+        return {
             "session_key": session_key,
             "task_id": task_id,
             "attempt": attempt,
             "summary": text,
-            "summary_hash": digest,
+            "summary_hash": text_hash(text),
         }
-        # Insert, or complete a pending row; summaries finishing together share one commit
-        # and one pipelined round of statements.
-        written = await self._group.run_many(
-            "summary_write",
-            params,
-            _write_summaries,
-            fallback=lambda: self.db.fetchone("summary_write", params),
-        )
+
+    async def write(
+        self, session_key: str, summary: SessionSummary, *, alone: bool = False
+    ) -> None:
+        """Insert, or complete a pending row; summaries finishing together share one commit
+        and one pipelined round of statements (``alone``: a transaction of its own)."""
+        params = self.params(session_key, summary)
+        if alone:
+            written = await self.db.fetchone("summary_write", params)
+        else:
+            written = await self.group.run_many(
+                "summary_write",
+                params,
+                _write_summaries,
+                fallback=lambda: self.db.fetchone("summary_write", params),
+            )
         if written is not None:
             return
         existing = await self.db.fetchone("summary_get", {"session_key": session_key})
-        if existing is None or existing["summary_hash"] != digest:
+        if existing is None or existing["summary_hash"] != params["summary_hash"]:
             raise SummaryConflict(
                 f"session {session_key!r} already has a different complete summary"
             )

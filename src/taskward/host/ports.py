@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
@@ -27,4 +28,39 @@ class SummaryStore(Protocol):
 
     async def mark_pending(self, session_key: str, reason: str) -> None:
         """Idempotent; never turns a complete summary back into pending."""
+        ...
+
+
+class SummaryNotWritten(Exception):
+    """Raised by ``FinishesInOneStep.complete_with_summary`` when the summary could not be
+    written (a conflict, a bad value): nothing was completed, and the host reports the task's
+    failure as ``summary_failed`` exactly as after a failed ``SummaryStore.write`` (D4)."""
+
+
+@runtime_checkable
+class FinishesInOneStep(Protocol):
+    """Optional: a source that completes a task together with its summary, in one atomic step
+    of its store, and may lease the next task for the slot that frees in that same step.
+
+    D4's order still holds: the summary is written first and the completion only with it (a
+    summary that cannot be written raises ``SummaryNotWritten`` and completes nothing); a run
+    is never seen completed without its summary. D3 still holds: the next task is leased only
+    for the slot the completion frees, in the step that frees it (no prefetch, never more leases
+    than slots). The host uses this only when ``writes_summaries_to(its summary store)``.
+    """
+
+    def writes_summaries_to(self, store: SummaryStore) -> bool: ...
+
+    async def complete_with_summary(
+        self,
+        task_id: str,
+        lease_id: str,
+        result: TaskResult,
+        summary: SessionSummary,
+        *,
+        claim_next: Callable[[], int],
+    ) -> tuple[TaskAck, list[Task]]:
+        """Write ``summary`` under ``result.summary_ref``, then complete; then lease at most
+        ``claim_next()`` tasks (evaluated inside the step, so a host that stopped claiming
+        meanwhile gets none). Idempotent like ``write`` and ``complete`` each."""
         ...
