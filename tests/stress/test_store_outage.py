@@ -269,12 +269,18 @@ async def test_an_outage_at_summary_or_acknowledgement_fails_no_task(
         run = asyncio.create_task(runtime.run())
         try:
             ids = []
-            for step in ("summary", "complete"):
+            # summary, complete: the two-step finish (the wrapped summary store is not the one
+            # the source writes into); finish: the worker's own one-step finish (summary,
+            # completion and next lease in one transaction) with the store away when it runs.
+            for step in ("summary", "complete", "finish"):
+                if step == "finish":
+                    runtime.host.summaries = runtime.summaries
+                assert runtime.host.finishes_in_one_step == (step == "finish")
                 started, go = tmp_path / f"{step}.started", tmp_path / f"{step}.go"
                 task_id = await submit(db, "gate", {"started": str(started), "go": str(go)})
                 ids.append(task_id)
                 await wait_until(lambda s=started: holds(s.exists), timeout=15, what="start")
-                if step == "summary":  # away before the summary is written
+                if step in {"summary", "finish"}:  # away before the summary is written
                     await asyncio.to_thread(outage.begin)
                 else:  # away after the summary committed, before the acknowledgement
                     summaries.armed = True
@@ -295,15 +301,15 @@ async def test_an_outage_at_summary_or_acknowledgement_fails_no_task(
                 facts = await reading(lambda t=task_id: taskward.list_transitions(db, t))
                 assert [f["status"] for f in facts] == ["running", "completed"]
             stats = runtime.host.stats
-            assert (stats.completed, stats.failed, stats.ack_rejected) == (2, 0, 0)
+            assert (stats.completed, stats.failed, stats.ack_rejected) == (3, 0, 0)
 
             if outage.backend == "postgres":
                 # The LISTEN connection came back after each outage, and a worker idle for
                 # up to 30 s picks up new work through NOTIFY at once.
                 await wait_until(
-                    lambda: holds(lambda: getattr(worker_db, "listener_connects", 0) >= 3),
+                    lambda: holds(lambda: getattr(worker_db, "listener_connects", 0) >= 4),
                     timeout=5,
-                    what="the LISTEN connection to come back after the second outage",
+                    what="the LISTEN connection to come back after the third outage",
                 )
                 await wait_until(
                     lambda: holds(lambda: runtime.host.active_count == 0), timeout=5, what="idle"

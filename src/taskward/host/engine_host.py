@@ -118,11 +118,6 @@ class ResidentEngineHost:
         self._claims_settled.set()
         self._shutdown = False
         self._claim_streak = Streak(STORE_BACKOFF, what="claim", logger=None)
-        self._one_step: FinishesInOneStep | None = (
-            source
-            if isinstance(source, FinishesInOneStep) and source.writes_summaries_to(summaries)
-            else None
-        )
 
     # -- public ----------------------------------------------------------------------------
 
@@ -130,7 +125,15 @@ class ResidentEngineHost:
     def finishes_in_one_step(self) -> bool:
         """Whether a successful task's summary, completion and next lease are one step of the
         source (``FinishesInOneStep``) rather than ``write``, ``complete`` and a claim."""
-        return self._one_step is not None
+        return self._one_step() is not None
+
+    def _one_step(self) -> FinishesInOneStep | None:
+        """The source, when it writes into this host's summary store (asked at each finish:
+        whoever replaces ``source`` or ``summaries`` gets the path that fits)."""
+        source = self.source
+        if isinstance(source, FinishesInOneStep) and source.writes_summaries_to(self.summaries):
+            return source
+        return None
 
     @property
     def active_count(self) -> int:
@@ -378,8 +381,9 @@ class ResidentEngineHost:
         slot, if any (one-step sources only)."""
         try:
             summary = await self._summary(task, key, session, output, started, started_mono)
-            if self._one_step is not None:
-                return await self._finish_in_one_step(task, key, summary)
+            one_step = self._one_step()
+            if one_step is not None:
+                return await self._finish_in_one_step(one_step, task, key, summary)
             await retry_while_unavailable(
                 lambda: self.summaries.write(key, summary), what=f"task {task.id}: summary"
             )
@@ -443,7 +447,7 @@ class ResidentEngineHost:
         return SessionSummary(facts=facts, narrative=narrative, manifest_ref=manifest_ref_for(task))
 
     async def _finish_in_one_step(
-        self, task: Task, key: str, summary: SessionSummary
+        self, one_step: FinishesInOneStep, task: Task, key: str, summary: SessionSummary
     ) -> Task | None:
         """Summary, completion and the next lease for this slot in one step of the source.
 
@@ -451,8 +455,6 @@ class ResidentEngineHost:
         task it leased meanwhile is handed back at once as a host-shutdown retry (R10), so no
         lease is left to expire.
         """
-        assert self._one_step is not None
-        one_step = self._one_step
         if self.should_stop_claiming():
             self.stop_claiming("should_stop_claiming")
         step = asyncio.ensure_future(
@@ -464,7 +466,7 @@ class ResidentEngineHost:
                     summary,
                     claim_next=self._may_claim_next,
                 ),
-                what=f"task {task.id}: complete",
+                what=f"task {task.id}: finish",
             )
         )
         try:

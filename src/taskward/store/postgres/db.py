@@ -218,6 +218,12 @@ class PostgresDB:
             kwargs={"autocommit": True, "row_factory": dict_row},
         )
         self._closed = False
+        # The hot connection: one pool connection kept checked out for whoever needs a
+        # connection while it is free. Calls that follow one another (single admissions, a
+        # worker's group commits, which never overlap) then skip the pool's checkout and return,
+        # which cost about as much as a round trip on loopback. Concurrent callers use the pool.
+        self._hot: AsyncConn | None = None
+        self._hot_busy = False
         self._signals = Signals()
         self._listener: asyncio.Task[None] | None = None
         self._pool_check: asyncio.Task[None] | None = None
@@ -234,6 +240,10 @@ class PostgresDB:
         """Close the pool; safe to call twice."""
         if not self._closed:
             self._closed = True
+            hot, self._hot = self._hot, None
+            if hot is not None and not self._hot_busy:
+                with contextlib.suppress(Exception):
+                    await self._pool.putconn(hot)
             for task in (self._listener, self._pool_check):
                 if task is not None:
                     task.cancel()
@@ -249,6 +259,17 @@ class PostgresDB:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConn]:
+        if not self._hot_busy and not self._closed:
+            # One event loop: testing and setting the flag cannot interleave with another
+            # caller. The hot connection goes back to the pool (which checks, resets or
+            # discards it) after any error, cancellation or a transaction left open.
+            self._hot_busy = True
+            try:
+                async with self._hot_connection() as conn:
+                    yield conn
+            finally:
+                self._hot_busy = False
+            return
         try:
             with _translate():
                 async with self._pool.connection() as conn:
@@ -256,6 +277,29 @@ class PostgresDB:
         except StoreUnavailable:
             self._check_pool_soon()
             raise
+
+    @asynccontextmanager
+    async def _hot_connection(self) -> AsyncIterator[AsyncConn]:
+        try:
+            if self._hot is None:
+                with _translate():
+                    self._hot = await self._pool.getconn()
+            conn = self._hot
+        except StoreUnavailable:
+            self._check_pool_soon()
+            raise
+        clean = False
+        try:
+            yield conn
+            clean = conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        except StoreUnavailable:
+            self._check_pool_soon()
+            raise
+        finally:
+            if not clean or self._closed:
+                self._hot = None
+                with contextlib.suppress(Exception):
+                    await self._pool.putconn(conn)
 
     # -- recovery --------------------------------------------------------------------------
 

@@ -1,0 +1,81 @@
+"""PostgreSQL's hot connection: calls that follow one another reuse one pool connection,
+concurrent calls take others from the pool, and a connection left in doubt (an error, a
+cancellation, a terminated backend) goes back to the pool instead of serving the next call."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+
+from taskward.errors import StoreUnavailable
+from taskward.store.port import StateDB
+from tests.conftest import PG_URL
+
+pytestmark = pytest.mark.usefixtures("db")
+
+
+@pytest.fixture
+def pg(db: StateDB) -> StateDB:
+    if db.dialect != "postgresql":
+        pytest.skip("the hot connection is PostgreSQL's")
+    return db
+
+
+async def backend_pid(db: StateDB) -> int:
+    async with db.connection() as conn:  # type: ignore[attr-defined]
+        row = await (await conn.execute("SELECT pg_backend_pid() AS pid")).fetchone()
+    return int(row["pid"])
+
+
+async def test_calls_in_sequence_share_one_connection_and_concurrent_ones_do_not(
+    pg: StateDB,
+) -> None:
+    first = await backend_pid(pg)
+    assert await backend_pid(pg) == first
+    await pg.fetchall("run_status", {"id": "nothing"})
+    assert await backend_pid(pg) == first
+    async with pg.connection() as held:  # type: ignore[attr-defined]
+        mine = await (await held.execute("SELECT pg_backend_pid() AS pid")).fetchone()
+        assert mine["pid"] == first
+        assert await backend_pid(pg) != first  # the hot one is busy: the pool serves
+    assert await backend_pid(pg) == first
+
+
+async def test_an_error_in_a_transaction_leaves_no_transaction_open_for_the_next_call(
+    pg: StateDB,
+) -> None:
+    with pytest.raises(RuntimeError):
+        async with pg.transaction() as tx:
+            await tx.fetchall("run_status", {"id": "nothing"})
+            raise RuntimeError("the caller's own error, mid-transaction")
+    async with pg.connection() as conn:  # type: ignore[attr-defined]
+        assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert await pg.fetchall("run_status", {"id": "nothing"}) == []
+
+
+async def test_a_cancelled_statement_does_not_poison_the_next_call(pg: StateDB) -> None:
+    async def slow() -> None:
+        async with pg.connection() as conn:  # type: ignore[attr-defined]
+            await conn.execute("SELECT pg_sleep(30)")
+
+    job = asyncio.ensure_future(slow())
+    await asyncio.sleep(0.2)
+    job.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await job
+    started = asyncio.get_running_loop().time()
+    assert await pg.fetchall("run_status", {"id": "nothing"}) == []
+    assert asyncio.get_running_loop().time() - started < 5
+
+
+async def test_a_terminated_hot_backend_fails_one_call_and_is_replaced(pg: StateDB) -> None:
+    victim = await backend_pid(pg)
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (victim,))
+    with pytest.raises(StoreUnavailable):
+        await pg.fetchall("run_status", {"id": "nothing"})
+    replacement = await backend_pid(pg)
+    assert replacement != victim
+    assert await backend_pid(pg) == replacement
