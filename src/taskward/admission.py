@@ -13,7 +13,7 @@ import hashlib
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Final
 
 from taskward.adapters import build_registry
@@ -103,6 +103,13 @@ def _capabilities(value: object) -> list[str]:
     return normalize_capabilities(value)
 
 
+@lru_cache(maxsize=4096)
+def _json_text(value: str | None) -> str:
+    """The canonical JSON of a short text or null; kinds, targets and library references repeat
+    from one application to the next, so each is serialised once."""
+    return canonical_json(value)
+
+
 def application_hash_of(
     action_kind: str,
     args_json: str,
@@ -116,12 +123,13 @@ def application_hash_of(
     Spliced from the already-canonical ``args_json`` (keys in sorted order) so the arguments
     are serialised once; equal to ``content_hash`` of the same dict (a unit test checks).
     """
+    capabilities = canonical_json(required_capabilities) if required_capabilities else "[]"
     envelope = (
-        f'{{"action_kind":{canonical_json(action_kind)},"args":{args_json},'
-        f'"execution_target":{canonical_json(execution_target)},'
-        f'"library_content_hash":{canonical_json(library_content_hash)},'
-        f'"library_ref":{canonical_json(library_ref)},'
-        f'"required_capabilities":{canonical_json(required_capabilities)}}}'
+        f'{{"action_kind":{_json_text(action_kind)},"args":{args_json},'
+        f'"execution_target":{_json_text(execution_target)},'
+        f'"library_content_hash":{_json_text(library_content_hash)},'
+        f'"library_ref":{_json_text(library_ref)},'
+        f'"required_capabilities":{capabilities}}}'
     )
     return "sha256:" + hashlib.sha256(envelope.encode("utf-8")).hexdigest()
 

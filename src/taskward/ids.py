@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 _VERSION_7 = 0x7 << 76
 _VARIANT_RFC = 0b10 << 62
@@ -26,4 +25,5 @@ def new_id() -> str:
     rand_a = rand >> 68  # 12 bits
     rand_b = rand & ((1 << 62) - 1)  # 62 bits
     value = (millis & ((1 << 48) - 1)) << 80 | _VERSION_7 | rand_a << 64 | _VARIANT_RFC | rand_b
-    return str(uuid.UUID(int=value))
+    h = f"{value:032x}"  # uuid.UUID's own text form, without building the object
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -790,3 +790,20 @@ def test_workflow_provenance_requires_both_fields(tmp_path: Path) -> None:
     assert error.field == "library_content_hash"
     adapter.validate_provenance("build@1", digest)
     assert validation_error(adapter.validate_args, {"timeout_s": 0}).field == "args.timeout_s"
+
+
+def test_a_name_set_that_bound_once_is_still_refused_when_another_does_not_fit() -> None:
+    """The python adapter remembers name sets that bound; others are still checked."""
+    adapter = PythonFunctionAdapter("t.cached", _takes_x)
+    adapter.validate_args({"x": 1})
+    adapter.validate_args({"x": 2})  # the remembered set
+    with pytest.raises(TaskValidationError):
+        adapter.validate_args({"y": 1})
+    with pytest.raises(TaskValidationError):
+        adapter.validate_args({})  # x is required
+    with pytest.raises(TaskValidationError):
+        adapter.validate_args({"x": 1, "cancellation": None})  # the token is the worker's
+
+
+def _takes_x(x: int, cancellation: object = None) -> None:
+    return None

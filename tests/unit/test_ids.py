@@ -10,8 +10,10 @@ from taskward.ids import new_id
 
 def test_ids_are_version_7_rfc_uuids_carrying_the_current_millisecond() -> None:
     before = time.time_ns() // 1_000_000
-    value = uuid.UUID(new_id())
+    text = new_id()
+    value = uuid.UUID(text)
     after = time.time_ns() // 1_000_000
+    assert str(value) == text  # exactly uuid's canonical text form
     assert value.version == 7
     assert value.variant == uuid.RFC_4122
     assert before <= value.int >> 80 <= after

@@ -212,6 +212,26 @@ async def run_callable(
     return TaskExecutionResult(status="completed", exit_code=0, evidence_refs=evidence)
 
 
+# Keyword-name sets that bound, per function; bounded (a few sets per function, few functions).
+_BOUND: dict[Callable[..., Any], set[frozenset[str]]] = {}
+_BOUND_NAME_SETS: Final = 64
+_BOUND_FUNCTIONS: Final = 512
+
+
+def _remember_bound(fn: Callable[..., Any], names: frozenset[str]) -> None:
+    try:
+        known = _BOUND.get(fn)
+        if known is None:
+            if len(_BOUND) >= _BOUND_FUNCTIONS:
+                _BOUND.clear()
+            known = _BOUND[fn] = set()
+    except TypeError:  # unhashable callable object
+        return
+    if len(known) >= _BOUND_NAME_SETS:
+        known.clear()
+    known.add(names)
+
+
 def _check_bind(fn: Callable[..., Any], kwargs: dict[str, Any], field: str, kind: str) -> None:
     if _TOKEN_PARAM in kwargs and _accepts(fn, _TOKEN_PARAM):
         raise TaskValidationError(
@@ -222,6 +242,14 @@ def _check_bind(fn: Callable[..., Any], kwargs: dict[str, Any], field: str, kind
     params = _parameters(fn)
     if params is None:
         return
+    # Whether keyword arguments bind depends only on their names: a name set that bound once
+    # binds again (a bulk admission of one kind checks each application's names at once).
+    names = frozenset(kwargs)
+    try:
+        if names in _BOUND.get(fn, ()):
+            return
+    except TypeError:  # unhashable callable object: no cache
+        pass
     probe = dict(kwargs)
     if _TOKEN_PARAM in params:
         probe[_TOKEN_PARAM] = None
@@ -229,6 +257,7 @@ def _check_bind(fn: Callable[..., Any], kwargs: dict[str, Any], field: str, kind
         signature = _signature(fn)
         assert signature is not None
         signature.bind(**probe)
+        _remember_bound(fn, names)
     except TypeError as exc:
         allowed = [n for n in params if n != _TOKEN_PARAM]
         raise TaskValidationError(
