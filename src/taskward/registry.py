@@ -7,7 +7,7 @@ module-level registry that an import could change behind a caller's back.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -36,6 +36,7 @@ class CancellationToken:
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._callbacks: list[Callable[[], None]] = []
         self.reason: str | None = None
 
     @property
@@ -47,6 +48,23 @@ class CancellationToken:
         if not self._event.is_set():
             self.reason = reason
             self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+            for callback in callbacks:
+                callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` once when cancellation is requested (at once if it already was);
+        returns a function that unregisters it. No task per waiter, unlike ``wait()``."""
+        if self._event.is_set():
+            callback()
+            return lambda: None
+        self._callbacks.append(callback)
+
+        def remove() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return remove
 
     async def wait(self) -> None:
         await self._event.wait()

@@ -807,3 +807,16 @@ def test_a_name_set_that_bound_once_is_still_refused_when_another_does_not_fit()
 
 def _takes_x(x: int, cancellation: object = None) -> None:
     return None
+
+
+async def test_cancellation_callbacks_fire_once_and_can_be_withdrawn() -> None:
+    token = CancellationToken()
+    fired: list[str] = []
+    token.on_cancel(lambda: fired.append("a"))
+    withdraw = token.on_cancel(lambda: fired.append("b"))
+    withdraw()
+    token.cancel("first")
+    token.cancel("second")  # idempotent: nothing fires again, the first reason stays
+    assert fired == ["a"] and token.reason == "first"
+    token.on_cancel(lambda: fired.append("late"))  # already requested: called at once
+    assert fired == ["a", "late"]

@@ -163,22 +163,24 @@ async def run_callable(
             status="cancelled", error_detail=f"{cancellation.reason} (before the call)"
         )
     job: asyncio.Future[Any] = asyncio.ensure_future(_call(fn, kwargs, cancellation))
-    waiter = asyncio.ensure_future(cancellation.wait())
-    requested = False
-    try:
-        await asyncio.wait({job, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        # Requested while it ran: the token fired before (or as) the function finished.
-        requested = waiter.done()
-        if requested and not job.done() and _is_async(fn):
+
+    def stop() -> None:
+        # An async function is cancelled at once; a sync one in a thread cannot be stopped:
+        # it is waited for, to see the token and end.
+        if not job.done() and _is_async(fn):
             job.cancel()
-        # A sync function in a thread cannot be stopped: wait for it to see the token and end.
+
+    forget = cancellation.on_cancel(stop)
+    try:
         await asyncio.wait({job})
     except asyncio.CancelledError:
         job.cancel()
         job.add_done_callback(_consume)
         raise
     finally:
-        waiter.cancel()
+        forget()
+    # Requested while it ran: the token fired before (or as) the function finished.
+    requested = cancellation.is_cancelled
 
     if job.cancelled():
         if requested:

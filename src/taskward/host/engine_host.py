@@ -118,6 +118,7 @@ class ResidentEngineHost:
         self._claims_settled.set()
         self._shutdown = False
         self._claim_streak = Streak(STORE_BACKOFF, what="claim", logger=None)
+        self._one_step_judged: tuple[TaskSource, SummaryStore, bool] | None = None
 
     # -- public ----------------------------------------------------------------------------
 
@@ -128,12 +129,14 @@ class ResidentEngineHost:
         return self._one_step() is not None
 
     def _one_step(self) -> FinishesInOneStep | None:
-        """The source, when it writes into this host's summary store (asked at each finish:
-        whoever replaces ``source`` or ``summaries`` gets the path that fits)."""
-        source = self.source
-        if isinstance(source, FinishesInOneStep) and source.writes_summaries_to(self.summaries):
-            return source
-        return None
+        """The source, when it writes into this host's summary store (judged again whenever
+        ``source`` or ``summaries`` is replaced, so each finish takes the path that fits)."""
+        source, summaries = self.source, self.summaries
+        cached = self._one_step_judged
+        if cached is None or cached[0] is not source or cached[1] is not summaries:
+            fits = isinstance(source, FinishesInOneStep) and source.writes_summaries_to(summaries)
+            cached = self._one_step_judged = (source, summaries, fits)
+        return source if cached[2] else None  # type: ignore[return-value]
 
     @property
     def active_count(self) -> int:

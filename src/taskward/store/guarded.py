@@ -7,6 +7,7 @@ Both dialects use this builder so the CAS semantics cannot drift between them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from taskward.store.port import (
@@ -94,6 +95,19 @@ def update_shape(item: RunUpdate) -> tuple[tuple[str, ...], tuple[tuple[str, boo
     return tuple(values), tuple((column, value is None) for column, value in guard.items())
 
 
+@lru_cache(maxsize=256)
+def _sqlite_values(names: tuple[str, ...], count: int) -> tuple[str, tuple[str, ...]]:
+    """``VALUES (:a_0, :b_0), (:a_1, :b_1), ...`` for ``count`` rows, and its parameter names
+    row by row (built once per shape and row count)."""
+    keys = tuple(f"{name}_{n}" for n in range(count) for name in names)
+    width = len(names)
+    rows = (
+        "(" + ", ".join(f":{key}" for key in keys[n * width : (n + 1) * width]) + ")"
+        for n in range(count)
+    )
+    return "VALUES " + ", ".join(rows), keys
+
+
 def build_run_update_many(
     items: Sequence[RunUpdate],
     returning: Sequence[str],
@@ -129,34 +143,29 @@ def build_run_update_many(
             raise ValueError(f"run {item[0]!r} appears twice in one batch")
         seen.add(item[0])
 
-    def cell(item: RunUpdate, name: str) -> Any:
-        run_id, from_state, values, guard = item
-        if name == "g_id":
-            return run_id
-        if name == "g_status":
-            return from_state
-        return guard[name[2:]] if name.startswith("g_") else values[name[2:]]
-
-    params: dict[str, Any] = {}
+    # One tuple per item, in the order of ``names``.
+    table = [
+        (
+            run_id,
+            from_state,
+            *[guard[column] for column in compared],
+            *[values[column] for column in value_columns],
+        )
+        for run_id, from_state, values, guard in items
+    ]
+    params: dict[str, Any]
     if pg:
         # One typed array per column: the statement's text depends only on the shape, never on
         # the number of rows, so the driver parses it once and the server can keep it prepared.
-        for name in names:
-            params[name] = [cell(item, name) for item in items]
+        params = {name: [row[j] for row in table] for j, name in enumerate(names)}
         arrays = ", ".join(
             f":{name}::{PG_RUN_COLUMN_TYPES[column]}[]"
             for name, column in zip(names, columns, strict=True)
         )
         source = f"SELECT * FROM unnest({arrays}) AS u({', '.join(names)})"
     else:
-        rows = []
-        for n, item in enumerate(items):
-            binds = []
-            for name in names:
-                params[f"{name}_{n}"] = cell(item, name)
-                binds.append(f":{name}_{n}")
-            rows.append(f"({', '.join(binds)})")
-        source = f"VALUES {', '.join(rows)}"
+        source, keys = _sqlite_values(tuple(names), len(table))
+        params = dict(zip(keys, (cell for row in table for cell in row), strict=True))
     sets = ", ".join(f"{column} = v.v_{column}" for column in value_columns)
     where = ["schedule_runs.id = v.g_id", "schedule_runs.status = v.g_status"]
     for column, is_null in guard_shape:

@@ -39,10 +39,26 @@ T = TypeVar("T")
 SYNCHRONOUS_MODES = ("FULL", "NORMAL", "EXTRA")
 
 
+# The column names and JSON column positions of the statement whose rows are being read: a
+# cursor keeps one ``description`` object for all its rows, so they are worked out once per
+# statement, not once per row (the previous statement's plan is kept, with its description so
+# its identity cannot be reused).
+_plan: tuple[object, tuple[str, ...], tuple[int, ...]] | None = None
+
+
 def _row_factory(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
-    out: Row = {}
-    for (name, *_), value in zip(cursor.description, row, strict=True):
-        out[name] = loads(value) if name in JSON_COLUMNS and isinstance(value, str) else value
+    global _plan
+    description = cursor.description
+    plan = _plan
+    if plan is None or plan[0] is not description:
+        names = tuple(column[0] for column in description)
+        json_at = tuple(i for i, name in enumerate(names) if name in JSON_COLUMNS)
+        plan = _plan = (description, names, json_at)
+    out: Row = dict(zip(plan[1], row, strict=True))
+    for i in plan[2]:
+        value = row[i]
+        if isinstance(value, str):
+            out[plan[1][i]] = loads(value)
     return out
 
 
