@@ -337,18 +337,17 @@ async def apply_transitions(
                 if request.to_state == "queued":
                     tx.notify("queued")
             if keys:
-                facts = await tx.fetchall(
-                    "fact_insert_many", {"rows": dumps(rows_of["fact_insert"])}
-                )
+                # Facts first, then events and notifications, in one round trip. A fact whose
+                # key was taken is missing from what came back: KeyAlreadyUsed, and the caller
+                # rolls back the whole transaction, the rows inserted beside it included.
+                names = ["fact_insert", *(name for name in rows_of if name != "fact_insert")]
+                facts = (
+                    await tx.fetchall_batch(
+                        [(f"{name}_many", {"rows": dumps(rows_of[name])}) for name in names]
+                    )
+                )[0]
                 for fact_id in keys.keys() - {fact["id"] for fact in facts}:
                     raise KeyAlreadyUsed(keys[fact_id])
-                await tx.fetch_batch(
-                    [
-                        (f"{name}_many", {"rows": dumps(rows)})
-                        for name, rows in rows_of.items()
-                        if name != "fact_insert"
-                    ]
-                )
     return [result for result in results if result is not None]
 
 

@@ -129,9 +129,12 @@ async def test_a_used_key_with_other_content_rolls_the_batch_back(db: StateDB) -
                     prepared(ids[2], "queued", "skipped"),
                 ],
             )
-    for task_id in ids[1:]:  # rolled back with the batch
+    for task_id in ids[1:]:  # rolled back with the batch, events and notifications included
         assert (await taskward.get_task(db, task_id))["status"] == "queued"
         assert await _facts(db, task_id) == []
+        assert await taskward.list_task_events(db, task_id) == []
+    # ids[0]: only what its first transitions wrote (one event each), nothing of the batch
+    assert len(await taskward.list_task_events(db, ids[0])) == 2
 
 
 async def test_group_commit_batches_transitions_and_reports_a_conflict_alone(

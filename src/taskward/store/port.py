@@ -102,6 +102,10 @@ class Tx(Protocol):
         returns each statement's first row (None when it returns none)."""
         ...
 
+    async def fetchall_batch(self, statements: Sequence[tuple[str, Params]]) -> list[list[Row]]:
+        """``fetch_batch`` returning every row of each statement."""
+        ...
+
     async def run_update_if(
         self,
         run_id: str,

@@ -156,6 +156,16 @@ class _PgTx:
                 ]
             return [await cur.fetchone() if cur.description else None for cur in cursors]
 
+    async def fetchall_batch(self, statements: Sequence[tuple[str, Params]]) -> list[list[Row]]:
+        """Several named statements in one round trip (pipeline mode), every row of each."""
+        with _translate():
+            async with self._conn.pipeline():
+                cursors = [
+                    await self._conn.execute(self._queries[name], self._params(params))
+                    for name, params in statements
+                ]
+            return [await cur.fetchall() if cur.description else [] for cur in cursors]
+
     async def run_update_if(
         self,
         run_id: str,

@@ -167,6 +167,14 @@ class _SQLiteTx:
                 for name, params in statements
             ]
 
+    async def fetchall_batch(self, statements: Sequence[tuple[str, Params]]) -> list[list[Row]]:
+        """Several named statements in order, every row of each."""
+        with _translate(self._path):
+            return [
+                self._conn.execute(self._queries[name], self._params(params)).fetchall()
+                for name, params in statements
+            ]
+
     async def run_update_if(
         self,
         run_id: str,
