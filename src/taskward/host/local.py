@@ -227,8 +227,17 @@ class LocalTaskSource:
         # The ceiling only matters for a failure (retry or dead-letter); read it then (R6).
         max_attempts = await get_max_attempts(self.db) if failure is not None else 0
         execution = claim.result if claim is not None and ours else None
-        outcome, resolved = self._deferred_outcome(
-            row, lease, payload, execution, completed, failure, max_attempts=max_attempts
+        outcome, resolved = self._recorded(
+            lambda now: self._outcome(
+                row,
+                lease,
+                payload,
+                execution,
+                completed,
+                failure,
+                max_attempts=max_attempts,
+                now=now,
+            )
         )
         try:
             transition = await finish_run(
@@ -245,34 +254,16 @@ class LocalTaskSource:
             return TaskAck(applied=False, rejection="stale_lease")
         return self._settle(task_id, lease_id, digest, transition, resolved)
 
-    def _deferred_outcome(
-        self,
-        row: Row,
-        lease: Lease,
-        payload: dict[str, Any],
-        execution: TaskExecutionResult | None,
-        completed: TaskResult | None,
-        failure: TaskFailure | None,
-        *,
-        max_attempts: int,
+    @staticmethod
+    def _recorded(
+        outcome_at: Callable[[float], Outcome],
     ) -> tuple[Callable[[float], Outcome], list[Outcome]]:
-        """The outcome as a function of the operation's time, and where it is kept once
-        resolved (the acknowledgement reports a reached ceiling)."""
+        """``outcome_at`` (a function of the operation's time), and where its result is kept
+        once resolved (the acknowledgement reports a reached ceiling)."""
         resolved: list[Outcome] = []
 
         def outcome(now: float) -> Outcome:
-            resolved.append(
-                self._outcome(
-                    row,
-                    lease,
-                    payload,
-                    execution,
-                    completed,
-                    failure,
-                    max_attempts=max_attempts,
-                    now=now,
-                )
-            )
+            resolved.append(outcome_at(now))
             return resolved[-1]
 
         return outcome, resolved
@@ -359,8 +350,10 @@ class LocalTaskSource:
         ):
             finished = await two_steps()
             return self._finished(finished, task_id, lease_id, digest, [])
-        outcome, resolved = self._deferred_outcome(
-            claim.row, claim.lease, payload, claim.result, result, None, max_attempts=0
+        outcome, resolved = self._recorded(
+            lambda now: self._outcome(
+                claim.row, claim.lease, payload, claim.result, result, None, max_attempts=0, now=now
+            )
         )
         item = _Finish(
             summary=self._summaries.params(result.summary_ref, summary),
