@@ -95,7 +95,7 @@ def update_shape(item: RunUpdate) -> tuple[tuple[str, ...], tuple[tuple[str, boo
     return tuple(values), tuple((column, value is None) for column, value in guard.items())
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=64)
 def _sqlite_values(names: tuple[str, ...], count: int) -> tuple[str, tuple[str, ...]]:
     """``VALUES (:a_0, :b_0), (:a_1, :b_1), ...`` for ``count`` rows, and its parameter names
     row by row (built once per shape and row count)."""
