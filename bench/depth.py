@@ -1141,6 +1141,7 @@ def explain_claim(store: Store) -> dict[str, Any]:
     kinds = json.dumps(sorted(set(registry.kinds())))
     page: dict[str, Any] = {
         "max_attempts": 3,
+        "default_max_attempts": 3,
         "kinds": kinds,
         "cursor_queued_at": None,
         "cursor_id": None,

@@ -126,32 +126,24 @@ async def _find(
     limit: int,
     max_attempts: int,
     after: Cursor = (None, None),
+    first_page: list[Row] | None = None,
 ) -> tuple[list[Row], Cursor | None]:
     """``find_candidates`` from ``after`` on; also returns where the next scan would start
-    (None when the queue was read to its end)."""
+    (None when the queue was read to its end). ``first_page``: the first page, already read
+    (``_page_params`` with ``_first_page_size``)."""
     candidates: list[Row] = []
     scanned = 0
     cursor = after
     more = True
-    kinds = json.dumps(sorted(set(spec.kinds)))
-    # Without an affinity token every score is 0 and the order is the SQL's oldest-first, so
-    # the first page need only hold the rows wanted plus a margin for rows a concurrent claimer
-    # takes first: a pass for one free slot reads ten rows, not fifty. Later pages (after rows
-    # were filtered out by target or capability) are full size.
-    ranked = any(capability_class(token) == "affinity" for token in spec.capabilities)
-    page_size = CLAIM_PAGE_SIZE if ranked else min(CLAIM_PAGE_SIZE, 2 * limit + 8)
+    page_size = _first_page_size(spec, limit)
     while scanned < CLAIM_SCAN_CAP and len(candidates) < limit:
         page_size = min(page_size, CLAIM_SCAN_CAP - scanned)
-        page = await db.fetchall(
-            "run_claim_page",
-            {
-                "max_attempts": max_attempts,
-                "kinds": kinds,
-                "cursor_queued_at": cursor[0],
-                "cursor_id": cursor[1],
-                "page_size": page_size,
-            },
-        )
+        if first_page is not None:
+            page, first_page = first_page, None
+        else:
+            page = await db.fetchall(
+                "run_claim_page", _page_params(spec, max_attempts, cursor, page_size)
+            )
         scanned += len(page)
         candidates.extend(row for row in page if spec.serves(row))
         if page:
@@ -165,6 +157,29 @@ async def _find(
         key=lambda r: -affinity_score(r.get("required_capabilities"), spec.capabilities)
     )
     return candidates, cursor if more else None
+
+
+def _first_page_size(spec: WorkerSpec, limit: int) -> int:
+    """Without an affinity token every score is 0 and the order is the SQL's oldest-first, so
+    the first page need only hold the rows wanted plus a margin for rows a concurrent claimer
+    takes first: a pass for one free slot reads ten rows, not fifty. Later pages (after rows
+    were filtered out by target or capability) are full size."""
+    ranked = any(capability_class(token) == "affinity" for token in spec.capabilities)
+    return CLAIM_PAGE_SIZE if ranked else min(CLAIM_PAGE_SIZE, 2 * limit + 8)
+
+
+def _page_params(
+    spec: WorkerSpec, max_attempts: int | None, cursor: Cursor, page_size: int
+) -> dict[str, Any]:
+    """``run_claim_page``'s parameters; ``max_attempts`` None reads the stored ceiling."""
+    return {
+        "max_attempts": max_attempts,
+        "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
+        "kinds": json.dumps(sorted(set(spec.kinds))),
+        "cursor_queued_at": cursor[0],
+        "cursor_id": cursor[1],
+        "page_size": page_size,
+    }
 
 
 def _claim_request(
@@ -325,8 +340,17 @@ async def claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
     limit = min(limit, CLAIM_CAP)
     if limit <= 0:
         return []
-    context = await tx.fetchone("claim_context", {"worker_id": spec.worker_id, "now": tx.now})
-    assert context is not None
+    # The context and the first page in one round trip: the page reads the stored ceiling
+    # itself, the same value the context reports (R6).
+    [context], first_page = await tx.fetchall_batch(
+        [
+            ("claim_context", {"worker_id": spec.worker_id, "now": tx.now}),
+            (
+                "run_claim_page",
+                _page_params(spec, None, (None, None), _first_page_size(spec, limit)),
+            ),
+        ]
+    )
     last = context["last_heartbeat_at"]
     if last is not None and tx.now - float(last) > spec.heartbeat_ttl:
         return []  # a known worker with a stale heartbeat claims nothing (ADR-0071 D4)
@@ -334,11 +358,18 @@ async def claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
     claimed: list[Claimed] = []
     blocked: set[str] | None = None
     after: Cursor | None = (None, None)
+    page: list[Row] | None = first_page
     for _ in range(CONTENDED_RESCANS + 1):
         wanted = limit - len(claimed)
         candidates, after = await _find(
-            tx, spec, limit=wanted, max_attempts=max_attempts, after=after or (None, None)
+            tx,
+            spec,
+            limit=wanted,
+            max_attempts=max_attempts,
+            after=after or (None, None),
+            first_page=page,
         )
+        page = None
         if not candidates:
             break
         if blocked is None and any(r.get("concurrency_key") for r in candidates):

@@ -16,8 +16,9 @@ usually tasks that finished together; answering the first few after a short tran
 them restart while the rest commit, so a host's tasks spread out instead of moving in lockstep
 (all of them waiting for one long transaction, then all of them sleeping while the store idles).
 Under a steady backlog the flusher never idles and batches stay at ``max_batch``. Measured on
-``bench/host.py`` (concurrency 32, tasks awaiting 50 ms): 71-78% of ideal without, 85-87% with;
-the no-op drain of ``bench/worker.py`` did not slow down.
+``bench/host.py`` (concurrency 32, tasks awaiting 50 ms, steady rate): 71-78% of ideal without,
+85-87% starting at 4, 88-91% starting at 2; the no-op drain of ``bench/worker.py`` is the same
+with and without.
 
 Units of one *kind* (``run_many``) are handed to their kind's ``combine`` together, so that a
 batch of, say, forty terminal transitions is one set-based compare-and-swap statement plus one
@@ -39,7 +40,7 @@ T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741 - an item of a combinable kind
 
 DEFAULT_MAX_BATCH: Final = 64
-SLOW_START_BATCH: Final = 4
+SLOW_START_BATCH: Final = 2
 FOLLOWER_TURNS: Final = 4
 
 

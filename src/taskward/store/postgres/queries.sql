@@ -144,9 +144,13 @@ WHERE status = 'running' AND concurrency_key IS NOT NULL;
 -- origin whose kind this worker serves, below the attempt ceiling, with no pending cancellation.
 -- taskward_claim_page (migration 0005) walks idx_schedule_runs_claim in order whatever the
 -- planner statistics: without them a plain SELECT read and sorted every queued row.
-SELECT * FROM taskward_claim_page(:max_attempts::integer, :kinds::jsonb,
-                                  :cursor_queued_at::float8, :cursor_id::text,
-                                  :page_size::bigint);
+-- A NULL max_attempts reads the stored ceiling (R6) here, so a pass's first page can travel in
+-- the same round trip as claim_context.
+SELECT * FROM taskward_claim_page(
+  COALESCE(:max_attempts::integer,
+           (SELECT value::integer FROM queue_settings WHERE name = 'max_attempts'),
+           :default_max_attempts::integer),
+  :kinds::jsonb, :cursor_queued_at::float8, :cursor_id::text, :page_size::bigint);
 
 -- name: run_expired_leases
 -- Running rows whose lease expired strictly before :now (R6).

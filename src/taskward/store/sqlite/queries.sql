@@ -146,7 +146,11 @@ SELECT id, queued_at, action_kind, execution_target, required_capabilities, conc
             THEN json_extract(action_args, '$.timeout_s') END AS timeout_s
 FROM schedule_runs INDEXED BY idx_schedule_runs_claim
 WHERE status = 'queued'
-  AND lease_attempts < :max_attempts
+  -- a NULL max_attempts reads the stored ceiling (R6), as on PostgreSQL
+  AND lease_attempts < COALESCE(:max_attempts,
+                                (SELECT CAST(value AS INTEGER) FROM queue_settings
+                                 WHERE name = 'max_attempts'),
+                                :default_max_attempts)
   AND cancel_requested_at IS NULL
   AND action_kind IN (SELECT value FROM json_each(:kinds))
   AND (:cursor_queued_at IS NULL OR (queued_at, id) > (:cursor_queued_at, :cursor_id))
