@@ -168,6 +168,11 @@ class _RecordingTx:
         self._recording = recording
 
     def __getattr__(self, name: str) -> Any:
+        # Named statements must pass through a recording method above: a new Tx method that
+        # runs them would otherwise go unrecorded and its commits would cross no boundary
+        # (the long-form crash cases then wait for a crash that never comes).
+        if name.startswith(("fetch", "execute")):
+            raise AttributeError(f"_RecordingTx does not record Tx.{name}: wrap it")
         return getattr(self._tx, name)
 
     @property
@@ -201,6 +206,12 @@ class _RecordingTx:
         for (name, params), row in zip(statements, rows, strict=True):
             self._recording.add(name, params, row)
         return rows
+
+    async def fetchall_batch(self, statements: Sequence[tuple[str, Mapping[str, Any]]]) -> Any:
+        results = await self._tx.fetchall_batch(statements)
+        for (name, params), rows in zip(statements, results, strict=True):
+            self._recording.add(name, params, list(rows))
+        return results
 
 
 _in_store_call: contextvars.ContextVar[bool] = contextvars.ContextVar(
