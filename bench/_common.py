@@ -599,7 +599,37 @@ def drain_with_worker(
 
 # -- audit check ------------------------------------------------------------------------------
 
-_AUDIT_SQL = """
+# Column lists of the rows a raw-SQL floor or a bulk loader writes (bench/worker.py,
+# bench/depth.py), in the order of their VALUES.
+ADMIT_COLUMNS = (
+    "id, schedule_id, invocation_id, trigger_context, action_kind, action_args, status, "
+    "chain_depth, fired_at, created_at, queued_at, concurrency_key, required_capabilities, "
+    "execution_target, library_ref, library_content_hash, idempotency_key, application_hash, "
+    "admission_source"
+)
+FACT_COLUMNS = (
+    "id, entity_type, entity_id, previous_status, status, reason_code, reason_summary, "
+    "evidence_refs, source, actor, created_at, metadata, idempotency_key, request_hash, "
+    "event_id, lease_id"
+)
+EVENT_COLUMNS = "id, task_id, kind, transition_id, status, payload, created_at"
+SUMMARY_COLUMNS = (
+    "session_key, task_id, attempt, state, summary, summary_hash, reason, created_at, updated_at"
+)
+
+
+def report_violations(violations: Sequence[str]) -> int:
+    """Print the violations found (there must be none); the exit status they call for."""
+    print(f"violations: {len(violations)}")
+    for v in violations:
+        print(f"  {v}")
+    return 1 if violations else 0
+
+
+# The rows a completed task must have: its facts (f), events (e) and summary (s), per run. Shared
+# by audit_store below and bench/depth.py's audit of a store holding queued, running and
+# completed runs.
+AUDIT_CTES = """
 WITH f AS (
   SELECT entity_id, count(*) AS n,
          sum(CASE WHEN previous_status = 'queued' AND status = 'running' THEN 1 ELSE 0 END)
@@ -615,7 +645,11 @@ s AS (
   SELECT task_id, count(*) AS n,
          sum(CASE WHEN state = 'complete' AND summary IS NOT NULL AND summary_hash IS NOT NULL
                   THEN 1 ELSE 0 END) AS complete
-  FROM task_summaries GROUP BY task_id)
+  FROM task_summaries GROUP BY task_id)"""
+
+_AUDIT_SQL = (
+    AUDIT_CTES
+    + """
 SELECT
   count(*),
   sum(CASE WHEN r.status <> 'completed' THEN 1 ELSE 0 END),
@@ -628,6 +662,7 @@ LEFT JOIN f ON f.entity_id = r.id
 LEFT JOIN e ON e.task_id = r.id
 LEFT JOIN s ON s.task_id = r.id
 """
+)
 
 _AUDIT_LINKS_SQL = """
 SELECT

@@ -54,7 +54,12 @@ import psycopg
 # repository root is on the path and the shared helpers import as `bench._common`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import (
+    ADMIT_COLUMNS,
+    AUDIT_CTES,
     DEFAULT_PG_URL,
+    EVENT_COLUMNS,
+    FACT_COLUMNS,
+    SUMMARY_COLUMNS,
     TASKS_MODULE,
     Store,
     Stores,
@@ -71,6 +76,7 @@ from bench._common import (
     raw_rows,
     raw_value,
     render_table,
+    report_violations,
 )
 
 ensure_repo_on_path()
@@ -212,21 +218,6 @@ _RUN_COLUMNS = (
     "execution_target, library_ref, library_content_hash, idempotency_key, application_hash, "
     "admission_source, retry_at, deadline_at, cancel_requested_at, cancel_requested_by"
 )
-_ADMIT_COLUMNS = (
-    "id, schedule_id, invocation_id, trigger_context, action_kind, action_args, status, "
-    "chain_depth, fired_at, created_at, queued_at, concurrency_key, required_capabilities, "
-    "execution_target, library_ref, library_content_hash, idempotency_key, application_hash, "
-    "admission_source"
-)
-_FACT_COLUMNS = (
-    "id, entity_type, entity_id, previous_status, status, reason_code, reason_summary, "
-    "evidence_refs, source, actor, created_at, metadata, idempotency_key, request_hash, "
-    "event_id, lease_id"
-)
-_EVENT_COLUMNS = "id, task_id, kind, transition_id, status, payload, created_at"
-_SUMMARY_COLUMNS = (
-    "session_key, task_id, attempt, state, summary, summary_hash, reason, created_at, updated_at"
-)
 _OUTBOX_COLUMNS = (
     "id, kind, dedup_key, schedule_run_id, transition_id, body, status, attempts, max_attempts, "
     "next_attempt_at, lease_owner, lease_expires_at, acked_targets, last_error, created_at, "
@@ -309,7 +300,7 @@ def queued_sql(d: Dialect) -> str:
             "r AS MATERIALIZED (SELECT n, lower(hex(randomblob(16))) AS x FROM g) "
         )
     return (
-        f"INSERT INTO schedule_runs ({_ADMIT_COLUMNS}) {head}"
+        f"INSERT INTO schedule_runs ({ADMIT_COLUMNS}) {head}"
         f"SELECT id, NULL, NULL, '{{}}', kind, args{d.j}, 'queued', 0, t, t, t, NULL, "
         f"'[]', 'host', NULL, NULL, prefix || '-' || n, app_hash, 'library' FROM ("
         f"SELECT id, {p} AS kind, {p} AS args, {p} AS app_hash, {p} AS prefix, n, {t} AS t "
@@ -412,28 +403,28 @@ def history_insert_sql(d: Dialect) -> list[tuple[str, str]]:
         f"FROM tw_gen, (SELECT {p} AS kind, {p} AS args, {p} AS app_hash, {p} AS prefix) AS k"
     )
     claim_facts = (
-        f"INSERT INTO status_transitions ({_FACT_COLUMNS}) SELECT f1, 'schedule_run', run_id, "
+        f"INSERT INTO status_transitions ({FACT_COLUMNS}) SELECT f1, 'schedule_run', run_id, "
         f"'queued', 'running', 'claimed', 'attempt 1', '[]', 'system', 'system:' || w, "
         f"{sec('c')}, '{{}}', 'claim:' || w || ':1', {d.sha(js('claim_request'))}, e1, "
         f"w || '/1' FROM tw_gen"
     )
     done_facts = (
-        f"INSERT INTO status_transitions ({_FACT_COLUMNS}) SELECT f2, 'schedule_run', run_id, "
+        f"INSERT INTO status_transitions ({FACT_COLUMNS}) SELECT f2, 'schedule_run', run_id, "
         f"'running', 'completed', 'completed', 'adapter completed', ({js('evidence')}){d.j}, "
         f"'system', 'system:' || w, {sec('f')}, '{{}}', 'ack:' || w || '/1', "
         f"{d.sha(js('done_request'))}, e2, w || '/1' FROM tw_gen"
     )
     claim_events = (
-        f"INSERT INTO task_events ({_EVENT_COLUMNS}) SELECT e1, run_id, 'transition', f1, "
+        f"INSERT INTO task_events ({EVENT_COLUMNS}) SELECT e1, run_id, 'transition', f1, "
         f"'running', ({js('claim_payload')}){d.j}, {sec('c')} FROM tw_gen"
     )
     done_events = (
-        f"INSERT INTO task_events ({_EVENT_COLUMNS}) SELECT e2, run_id, 'transition', f2, "
+        f"INSERT INTO task_events ({EVENT_COLUMNS}) SELECT e2, run_id, 'transition', f2, "
         f"'completed', ({js('done_payload')}){d.j}, {sec('f')} FROM tw_gen"
     )
     body = js("summary", ms=d.ms("e - s"), iso_e=d.iso("e"), iso_s=d.iso("s"))
     summaries = (
-        f"INSERT INTO task_summaries ({_SUMMARY_COLUMNS}) SELECT run_id || ':1', run_id, 1, "
+        f"INSERT INTO task_summaries ({SUMMARY_COLUMNS}) SELECT run_id || ':1', run_id, 1, "
         f"'complete', body{d.j}, {d.sha('body')}, NULL, {sec('sc')}, {sec('sc')} FROM ("
         f"SELECT run_id, sc, {body} AS body FROM tw_gen, (SELECT {p} AS kind) AS k) AS b"
     )
@@ -786,23 +777,9 @@ def shape_check(stores: Stores, backend: str, shape: Shape) -> dict[str, Any]:
 
 # -- the audit --------------------------------------------------------------------------------
 
-_MIXED_AUDIT_SQL = """
-WITH f AS (
-  SELECT entity_id, count(*) AS n,
-         sum(CASE WHEN previous_status = 'queued' AND status = 'running' THEN 1 ELSE 0 END)
-           AS claims,
-         sum(CASE WHEN previous_status = 'running' AND status = 'completed' THEN 1 ELSE 0 END)
-           AS completions
-  FROM status_transitions GROUP BY entity_id),
-e AS (
-  SELECT task_id, count(*) AS n,
-         sum(CASE WHEN kind = 'transition' THEN 1 ELSE 0 END) AS transitions
-  FROM task_events GROUP BY task_id),
-s AS (
-  SELECT task_id, count(*) AS n,
-         sum(CASE WHEN state = 'complete' AND summary IS NOT NULL AND summary_hash IS NOT NULL
-                  THEN 1 ELSE 0 END) AS complete
-  FROM task_summaries GROUP BY task_id),
+_MIXED_AUDIT_SQL = (
+    AUDIT_CTES
+    + """,
 o AS (
   SELECT schedule_run_id, count(*) AS n FROM dispatch_outbox GROUP BY schedule_run_id)
 SELECT r.status, count(*),
@@ -827,6 +804,7 @@ LEFT JOIN s ON s.task_id = r.id
 LEFT JOIN o ON o.schedule_run_id = r.id
 GROUP BY r.status
 """
+)
 
 _MIXED_LINKS_SQL = """
 SELECT
@@ -1840,10 +1818,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "  rows per completed task (history: every run of the store, generated ones included)"
         )
-    print(f"violations: {len(violations)}")
-    for v in violations:
-        print(f"  {v}")
-    return 1 if violations else 0
+    return report_violations(violations)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from bench._common import (
     raw_connection,
     read_rss_mb,
     render_table,
+    report_violations,
     wait_for_completed,
     wait_for_heartbeat,
 )
@@ -365,10 +366,7 @@ def main(argv: list[str] | None = None) -> int:
                 + ("met" if verdict["memory_met"] else "NOT met")
             )
         print(f"goal {backend}: " + "; ".join(parts))
-    print(f"violations: {len(violations)}")
-    for v in violations:
-        print(f"  {v}")
-    return 1 if violations else 0
+    return report_violations(violations)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from bench._common import (
     raw_rows,
     raw_value,
     render_table,
+    report_violations,
     wait_for_heartbeat,
 )
 
@@ -388,10 +389,7 @@ def main(argv: list[str] | None = None) -> int:
             f"rows per task: facts {per_task['facts']:.2f}, events {per_task['events']:.2f}, "
             f"summaries {per_task['summaries']:.2f}"
         )
-    print(f"violations: {len(violations)}")
-    for v in violations:
-        print(f"  {v}")
-    return 1 if violations else 0
+    return report_violations(violations)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,11 @@ import psycopg
 # repository root is on the path and the shared helpers import as `bench._common`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import (
+    ADMIT_COLUMNS,
     DEFAULT_PG_URL,
+    EVENT_COLUMNS,
+    FACT_COLUMNS,
+    SUMMARY_COLUMNS,
     TASKS_MODULE,
     Audit,
     Drain,
@@ -62,6 +66,7 @@ from bench._common import (
     raw_connection,
     raw_rows,
     render_table,
+    report_violations,
     wait_for_completed,
     wait_for_heartbeat,
 )
@@ -85,22 +90,6 @@ FLOOR_WORKER = "host:bench0floor"
 
 
 # -- the raw-SQL floor ------------------------------------------------------------------------
-
-_ADMIT_COLUMNS = (
-    "id, schedule_id, invocation_id, trigger_context, action_kind, action_args, status, "
-    "chain_depth, fired_at, created_at, queued_at, concurrency_key, required_capabilities, "
-    "execution_target, library_ref, library_content_hash, idempotency_key, application_hash, "
-    "admission_source"
-)
-_FACT_COLUMNS = (
-    "id, entity_type, entity_id, previous_status, status, reason_code, reason_summary, "
-    "evidence_refs, source, actor, created_at, metadata, idempotency_key, request_hash, "
-    "event_id, lease_id"
-)
-_EVENT_COLUMNS = "id, task_id, kind, transition_id, status, payload, created_at"
-_SUMMARY_COLUMNS = (
-    "session_key, task_id, attempt, state, summary, summary_hash, reason, created_at, updated_at"
-)
 
 
 @dataclass(frozen=True)
@@ -130,7 +119,7 @@ def floor_sql(backend: str) -> FloorSQL:
         pick = "LIMIT 1 FOR UPDATE SKIP LOCKED"
     return FloorSQL(
         admit=(
-            f"INSERT INTO schedule_runs ({_ADMIT_COLUMNS}) VALUES ({p}, NULL, NULL, '{{}}', "
+            f"INSERT INTO schedule_runs ({ADMIT_COLUMNS}) VALUES ({p}, NULL, NULL, '{{}}', "
             f"{p}, {p}{j}, 'queued', 0, {p}, {p}, {p}, NULL, {p}{j}, 'host', NULL, NULL, "
             f"{p}, {p}, 'library')"
         ),
@@ -156,15 +145,15 @@ def floor_sql(backend: str) -> FloorSQL:
             f"AND lease_expires_at = {p} AND lease_attempts = {p} RETURNING id"
         ),
         fact=(
-            f"INSERT INTO status_transitions ({_FACT_COLUMNS}) VALUES ({p}, 'schedule_run', {p}, "
+            f"INSERT INTO status_transitions ({FACT_COLUMNS}) VALUES ({p}, 'schedule_run', {p}, "
             f"{p}, {p}, {p}, {p}, {p}{j}, 'system', {p}, {p}, '{{}}', {p}, {p}, {p}, {p})"
         ),
         event=(
-            f"INSERT INTO task_events ({_EVENT_COLUMNS}) "
+            f"INSERT INTO task_events ({EVENT_COLUMNS}) "
             f"VALUES ({p}, {p}, 'transition', {p}, {p}, {p}{j}, {p})"
         ),
         summary=(
-            f"INSERT INTO task_summaries ({_SUMMARY_COLUMNS}) "
+            f"INSERT INTO task_summaries ({SUMMARY_COLUMNS}) "
             f"VALUES ({p}, {p}, {p}, 'complete', {p}{j}, {p}, NULL, {p}, {p})"
         ),
         begin="BEGIN IMMEDIATE" if backend == "sqlite" else None,
@@ -787,10 +776,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{_fmt(verdict['pickup_p50_ms'], '.1f')} ms "
             + ("met" if verdict["pickup_met"] else "NOT met")
         )
-    print(f"violations: {len(violations)}")
-    for v in violations:
-        print(f"  {v}")
-    return 1 if violations else 0
+    return report_violations(violations)
 
 
 if __name__ == "__main__":
