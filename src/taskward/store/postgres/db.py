@@ -148,13 +148,7 @@ class _PgTx:
 
     async def fetch_batch(self, statements: Sequence[tuple[str, Params]]) -> list[Row | None]:
         """Several named statements in one round trip (pipeline mode), results in order."""
-        with _translate():
-            async with self._conn.pipeline():
-                cursors = [
-                    await self._conn.execute(self._queries[name], self._params(params))
-                    for name, params in statements
-                ]
-            return [await cur.fetchone() if cur.description else None for cur in cursors]
+        return [rows[0] if rows else None for rows in await self.fetchall_batch(statements)]
 
     async def fetchall_batch(self, statements: Sequence[tuple[str, Params]]) -> list[list[Row]]:
         """Several named statements in one round trip (pipeline mode), every row of each."""

@@ -161,11 +161,7 @@ class _SQLiteTx:
 
     async def fetch_batch(self, statements: Sequence[tuple[str, Params]]) -> list[Row | None]:
         """Several named statements in order (in-process: no round trips to save)."""
-        with _translate(self._path):
-            return [
-                self._conn.execute(self._queries[name], self._params(params)).fetchone()
-                for name, params in statements
-            ]
+        return [rows[0] if rows else None for rows in await self.fetchall_batch(statements)]
 
     async def fetchall_batch(self, statements: Sequence[tuple[str, Params]]) -> list[list[Row]]:
         """Several named statements in order, every row of each."""
