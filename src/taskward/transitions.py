@@ -338,16 +338,14 @@ async def apply_transitions(
                     tx.notify("queued")
             if keys:
                 # Facts first, then events and notifications, in one round trip. A fact whose
-                # key was taken is missing from what came back: KeyAlreadyUsed, and the caller
-                # rolls back the whole transaction, the rows inserted beside it included.
+                # key was taken inserts nothing and the count falls short: KeyAlreadyUsed, and
+                # the caller rolls back the whole transaction, the rows written beside it too.
                 names = ["fact_insert", *(name for name in rows_of if name != "fact_insert")]
-                facts = (
-                    await tx.fetchall_batch(
-                        [(f"{name}_many", {"rows": dumps(rows_of[name])}) for name in names]
-                    )
-                )[0]
-                for fact_id in keys.keys() - {fact["id"] for fact in facts}:
-                    raise KeyAlreadyUsed(keys[fact_id])
+                counts = await tx.write_many([(f"{name}_many", rows_of[name]) for name in names])
+                if counts[0] < len(keys):
+                    present = await tx.fetchall("fact_ids_among", {"ids": dumps(list(keys))})
+                    for fact_id in keys.keys() - {fact["id"] for fact in present}:
+                        raise KeyAlreadyUsed(keys[fact_id])
     return [result for result in results if result is not None]
 
 

@@ -59,14 +59,22 @@ class Statement:
         return self.result if isinstance(self.result, int) else len(self.result)
 
     def expanded(self) -> list[Statement]:
-        """A set-based ``<name>_many`` (a JSON array of one-row parameter sets in ``rows``) as
-        the one-row statements it stands for, each with the row it returned, if any."""
+        """A set-based ``<name>_many`` (one-row parameter sets in ``rows``: a JSON array, or a
+        list for ``Tx.write_many``) as the one-row statements it stands for, each with the row
+        it returned, if any."""
         single = _MANY.get(self.name)
         if single is None:
             return [self]
-        returned = [r for r in self.result if r] if isinstance(self.result, list) else []
+        rows = self.params["rows"]
+        rows = json.loads(rows) if isinstance(rows, str) else list(rows)
+        if isinstance(self.result, int):
+            # Tx.write_many answers a count: every row written, or (short) the transaction is
+            # rolled back or the rows skipped are unknown here; count none of them.
+            whole = self.result >= len(rows)
+            return [Statement(single, row, [row] if whole else []) for row in rows]
+        returned = [r for r in self.result if r]
         out = []
-        for row in json.loads(self.params["rows"]):
+        for row in rows:
             written = [
                 r for r in returned if all(row.get(k) == v for k, v in r.items() if k in row)
             ]
@@ -77,6 +85,8 @@ class Statement:
 _MANY: Final = {
     "fact_insert_many": "fact_insert",
     "summary_write_many": "summary_write",
+    "event_insert_many": "event_insert",
+    "outbox_enqueue_many": "outbox_enqueue",
     "run_insert_many_if_new": "run_insert_if_new",
 }
 
@@ -171,7 +181,7 @@ class _RecordingTx:
         # Named statements must pass through a recording method above: a new Tx method that
         # runs them would otherwise go unrecorded and its commits would cross no boundary
         # (the long-form crash cases then wait for a crash that never comes).
-        if name.startswith(("fetch", "execute")):
+        if name.startswith(("fetch", "execute", "write")):
             raise AttributeError(f"_RecordingTx does not record Tx.{name}: wrap it")
         return getattr(self._tx, name)
 
@@ -212,6 +222,12 @@ class _RecordingTx:
         for (name, params), rows in zip(statements, results, strict=True):
             self._recording.add(name, params, list(rows))
         return results
+
+    async def write_many(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[int]:
+        counts: list[int] = await self._tx.write_many(statements)
+        for (name, rows), count in zip(statements, counts, strict=True):
+            self._recording.add(name, {"rows": list(rows)}, count)
+        return counts
 
 
 _in_store_call: contextvars.ContextVar[bool] = contextvars.ContextVar(

@@ -36,6 +36,7 @@ from taskward.host import (
     resolve_manifest,
 )
 from taskward.host.engine_host import manifest_ref_for, session_key_for
+from taskward.host.local import _write_summaries
 from taskward.maintenance.reaper import promote_due_retries, reap_expired_leases
 from taskward.reads import count_by_status
 from taskward.registry import CancellationToken, TaskAdapterRegistry
@@ -734,6 +735,33 @@ async def test_a_different_summary_for_a_complete_key_raises_summary_conflict(
         await store.write("t:2", a_summary("other"))
     row = await store.get("t:2")
     assert row is not None and row["summary"]["narrative"] == "n"
+
+
+async def test_a_batch_of_summaries_answers_each_row_on_its_own(db: StateDB) -> None:
+    """The group's combine writes every row with one ``write_many``; when it falls short (some
+    row was complete already) each session is judged on its own: new, pending and replayed
+    rows are written or equal, a different complete summary is not ours (None)."""
+    store = LocalSummaryStore(db)
+    await store.write("old:1", a_summary("kept"))
+    await store.mark_pending("pend:1", "waiting")
+    batch = [
+        store.params("new:1", a_summary("fresh")),
+        store.params("old:1", a_summary("different")),
+        store.params("pend:1", a_summary("done")),
+    ]
+    async with db.transaction() as tx:
+        answers = await _write_summaries(tx, batch)
+    assert answers == [{"session_key": "new:1"}, None, {"session_key": "pend:1"}]
+    kept, done = await store.get("old:1"), await store.get("pend:1")
+    assert kept is not None and kept["summary"]["narrative"] == "kept"
+    assert done is not None and (done["state"], done["summary"]["narrative"]) == (
+        "complete",
+        "done",
+    )
+    async with db.transaction() as tx:  # all new: the count alone answers
+        assert await _write_summaries(tx, [store.params("new:2", a_summary())]) == [
+            {"session_key": "new:2"}
+        ]
 
 
 async def test_mark_pending_is_idempotent_and_never_downgrades_complete(db: StateDB) -> None:

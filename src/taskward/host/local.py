@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from taskward.canonical import canonical_json, dumps, text_hash
+from taskward.canonical import canonical_json, text_hash
 from taskward.claims import CLAIM_CAP, Claimed, Lease, WorkerSpec, claim_pass, claim_rows
 from taskward.errors import StoreUnavailable, TransitionIdempotencyConflict
 from taskward.execution import (
@@ -390,8 +390,7 @@ class LocalTaskSource:
         """GroupCommit's combine for ``complete_with_summary``: every summary (one multi-row
         upsert), then every completion (one set-based compare-and-swap), then claim passes of
         at most 20 for the slots those completions freed."""
-        written = await _write_summaries(tx, [item.summary for item in items])
-        if any(row is None for row in written):
+        if not await _all_summaries_written(tx, [item.summary for item in items]):
             raise _SummaryExists
         transitions = await apply_built(tx, [item.build for item in items])
         wanted = [max(0, item.claim_next()) for item in items]
@@ -551,11 +550,27 @@ class LocalTaskSource:
 async def _write_summaries(tx: Tx, params: list[dict[str, Any]]) -> list[Row | None]:
     """GroupCommit's combine for summaries: one multi-row ``summary_write_many``; a session
     whose row was not written gets None, exactly as ``summary_write`` alone would answer."""
-    rows = await tx.fetchall("summary_write_many", {"rows": dumps(params)})
-    written = {row["session_key"] for row in rows}
+    if await _all_summaries_written(tx, params):
+        return [{"session_key": p["session_key"]} for p in params]
+    # Some row was complete already (a replay or a conflict). Ours are those holding this
+    # transaction's time and our hash; a row complete before now is another write's.
+    rows = await tx.fetch_batch(
+        [("summary_get", {"session_key": p["session_key"]}) for p in params]
+    )
     return [
-        {"session_key": p["session_key"]} if p["session_key"] in written else None for p in params
+        {"session_key": p["session_key"]}
+        if row is not None
+        and row["updated_at"] == tx.now
+        and row["summary_hash"] == p["summary_hash"]
+        else None
+        for p, row in zip(params, rows, strict=True)
     ]
+
+
+async def _all_summaries_written(tx: Tx, params: list[dict[str, Any]]) -> bool:
+    """Write every summary; True when each was written (none was complete already)."""
+    [count] = await tx.write_many([("summary_write_many", params)])
+    return count == len(params)
 
 
 class LocalSummaryStore:

@@ -106,6 +106,19 @@ class Tx(Protocol):
         """``fetch_batch`` returning every row of each statement."""
         ...
 
+    async def write_many(self, statements: Sequence[tuple[str, Sequence[Params]]]) -> list[int]:
+        """Write many rows per statement, the statements in order; returns, per statement, the
+        rows it wrote (inserted, or updated by its upsert; a row its ON CONFLICT skipped counts
+        0). Each ``<name>_many`` statement keeps its one-row counterpart's semantics per row.
+
+        How is the dialect's: SQLite runs the statement once per row (``executemany``, in
+        process: the cheapest way to SQLite, no JSON to build or parse); PostgreSQL runs it once
+        over every row, passed as a JSON array ``:rows``, all the statements in one round trip.
+        Nothing is returned but counts: a caller that needs to know which row was skipped
+        reads it back (a rare path: a used key, a summary already complete).
+        """
+        ...
+
     async def run_update_if(
         self,
         run_id: str,

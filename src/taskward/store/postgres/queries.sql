@@ -666,7 +666,12 @@ INSERT INTO status_transitions (
 -- Set-based writes of a group-commit batch (transitions.apply_transitions, the summary store).
 -- Each takes a parameter "rows": a JSON array of objects holding exactly the parameters of its
 -- one-row counterpart above (JSON columns as their JSON text), and keeps that statement's
--- per-row semantics. Times are the statement's "now", never JSON.
+-- per-row semantics. Times are the statement's "now", never JSON. Tx.write_many runs them all
+-- in one round trip and answers how many rows each wrote.
+
+-- name: fact_ids_among
+-- Which of the facts :ids (a JSON array) exist: after write_many fell short of them.
+SELECT id FROM status_transitions WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
 
 -- name: fact_insert_many
 -- fact_insert for many facts; returns the ids inserted (a fact whose key is taken is missing).

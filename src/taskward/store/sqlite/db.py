@@ -171,6 +171,22 @@ class _SQLiteTx:
                 for name, params in statements
             ]
 
+    async def write_many(self, statements: Sequence[tuple[str, Sequence[Params]]]) -> list[int]:
+        """``executemany`` of each statement: one execution per row, bound directly (the
+        ``_many`` statements in queries.sql are one-row statements without RETURNING)."""
+        counts = []
+        now = self.now
+        with _translate(self._path):
+            for name, rows in statements:
+                if not rows:
+                    counts.append(0)
+                    continue
+                cursor = self._conn.executemany(
+                    self._queries[name], [{"now": now, **row} for row in rows]
+                )
+                counts.append(cursor.rowcount)
+        return counts
+
     async def run_update_if(
         self,
         run_id: str,
