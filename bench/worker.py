@@ -32,9 +32,10 @@ import sqlite3
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -220,9 +221,16 @@ def _floor_connection(store: Store) -> Any:
     return conn
 
 
-def run_floor(store: Store, count: int) -> float:
+T = TypeVar("T")
+
+
+def run_floor(store: Store, count: int, *, per_tx: int = 1) -> float:
     """Claim and complete ``count`` tasks one at a time, two transactions each; returns the
-    seconds the loop took. Ids, times, hashes and JSON are made inside the timed loop."""
+    seconds the loop took. Ids, times, hashes and JSON are made inside the timed loop.
+
+    ``per_tx`` > 1: the batched floor, what the same writes cost when ``per_tx`` jobs share
+    each transaction (their claims in one, then their completions in one): the ceiling that
+    batching, with this schema and these durability settings, leaves to any worker."""
     sql = floor_sql(store.backend)
     conn = _floor_connection(store)
     actor = f"system:{FLOOR_WORKER}"
@@ -233,45 +241,39 @@ def run_floor(store: Store, count: int) -> float:
         {"actor": actor, "from": "running", "reason_code": "completed", "to": "completed"}
     )
 
+    def begin() -> None:
+        conn.execute(sql.begin if sql.begin is not None else "BEGIN")
+
     def claim() -> tuple[str, int, float, float]:
         now = time.time()
         expires, deadline = now + LEASE_TTL_S, now + TIMEOUT_S
         fact_id, event_id = str(uuid.uuid4()), str(uuid.uuid4())
-        if sql.begin is not None:
-            conn.execute(sql.begin)
-        else:
-            conn.execute("BEGIN")
-        try:
-            row = conn.execute(
-                sql.claim, (now, "attempt 1", FLOOR_WORKER, expires, deadline, MAX_ATTEMPTS)
-            ).fetchone()
-            if row is None:
-                raise RuntimeError("floor: no queued row left to claim")
-            task_id, attempt = row[0], int(row[1])
-            lease = f"{FLOOR_WORKER}/{attempt}"
-            conn.execute(
-                sql.fact,
-                (
-                    fact_id,
-                    task_id,
-                    "queued",
-                    "running",
-                    "claimed",
-                    f"attempt {attempt}",
-                    "[]",
-                    actor,
-                    now,
-                    f"claim:{FLOOR_WORKER}:{attempt}",
-                    _sha(f"{task_id}:claim:{attempt}"),
-                    event_id,
-                    lease,
-                ),
-            )
-            conn.execute(sql.event, (event_id, task_id, fact_id, "running", claim_payload, now))
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        row = conn.execute(
+            sql.claim, (now, "attempt 1", FLOOR_WORKER, expires, deadline, MAX_ATTEMPTS)
+        ).fetchone()
+        if row is None:
+            raise RuntimeError("floor: no queued row left to claim")
+        task_id, attempt = row[0], int(row[1])
+        lease = f"{FLOOR_WORKER}/{attempt}"
+        conn.execute(
+            sql.fact,
+            (
+                fact_id,
+                task_id,
+                "queued",
+                "running",
+                "claimed",
+                f"attempt {attempt}",
+                "[]",
+                actor,
+                now,
+                f"claim:{FLOOR_WORKER}:{attempt}",
+                _sha(f"{task_id}:claim:{attempt}"),
+                event_id,
+                lease,
+            ),
+        )
+        conn.execute(sql.event, (event_id, task_id, fact_id, "running", claim_payload, now))
         return task_id, attempt, expires, now
 
     def complete(task_id: str, attempt: int, expires: float, started: float) -> None:
@@ -299,45 +301,50 @@ def run_floor(store: Store, count: int) -> float:
                 "narrative": None,
             }
         )
-        if sql.begin is not None:
-            conn.execute(sql.begin)
-        else:
-            conn.execute("BEGIN")
+        row = conn.execute(
+            sql.complete, (now, evidence, now, task_id, FLOOR_WORKER, expires, attempt)
+        ).fetchone()
+        if row is None:
+            raise RuntimeError(f"floor: lost the guarded completion of {task_id}")
+        conn.execute(
+            sql.fact,
+            (
+                fact_id,
+                task_id,
+                "running",
+                "completed",
+                "completed",
+                "adapter completed",
+                evidence,
+                actor,
+                now,
+                f"ack:{lease}",
+                _sha(f"{task_id}:ack:{attempt}"),
+                event_id,
+                lease,
+            ),
+        )
+        conn.execute(sql.event, (event_id, task_id, fact_id, "completed", done_payload, now))
+        conn.execute(sql.summary, (session_key, task_id, attempt, body, _sha(body), now, now))
+
+    def in_tx(work: Callable[[], T]) -> T:
+        begin()
         try:
-            row = conn.execute(
-                sql.complete, (now, evidence, now, task_id, FLOOR_WORKER, expires, attempt)
-            ).fetchone()
-            if row is None:
-                raise RuntimeError(f"floor: lost the guarded completion of {task_id}")
-            conn.execute(
-                sql.fact,
-                (
-                    fact_id,
-                    task_id,
-                    "running",
-                    "completed",
-                    "completed",
-                    "adapter completed",
-                    evidence,
-                    actor,
-                    now,
-                    f"ack:{lease}",
-                    _sha(f"{task_id}:ack:{attempt}"),
-                    event_id,
-                    lease,
-                ),
-            )
-            conn.execute(sql.event, (event_id, task_id, fact_id, "completed", done_payload, now))
-            conn.execute(sql.summary, (session_key, task_id, attempt, body, _sha(body), now, now))
+            result = work()
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+        return result
 
     try:
         start = time.monotonic()
-        for _ in range(count):
-            complete(*claim())
+        done = 0
+        while done < count:
+            size = min(per_tx, count - done)
+            claimed = in_tx(lambda size=size: [claim() for _ in range(size)])
+            in_tx(lambda claimed=claimed: [complete(*one) for one in claimed])
+            done += size
         return time.monotonic() - start
     finally:
         conn.close()

@@ -10,7 +10,8 @@ sets them) or synchronous psycopg (autocommit, one connection).
   so no start-up): a claim transaction (guarded UPDATE of the oldest queued row to ``running``
   with the lease columns, its fact, its event) and a completion transaction (owner/expiry/attempt
   guarded UPDATE to ``completed``, its fact, its event, a complete summary). The store then passes
-  the same audit check as taskward's.
+  the same audit check as taskward's. ``--batch N``: N jobs' claims share one transaction, then
+  their completions another (the batched floor: a ceiling for any worker on this schema).
 
 No pickup: a floor has no worker to be woken. No guarantee beyond the writes themselves.
 Runs in taskward's own virtual environment.
@@ -106,13 +107,15 @@ def enqueue(args: argparse.Namespace, store: Store) -> dict[str, Any]:
 
 def drain(args: argparse.Namespace, store: Store) -> dict[str, Any]:
     floor_admit(store, args.jobs)
-    seconds = run_floor(store, args.jobs)
+    per_tx = args.batch or 1
+    seconds = run_floor(store, args.jobs, per_tx=per_tx)
     violations: list[str] = []
     result = A.base_result(
         "floor",
         args,
         backend=store.backend,
         concurrency=1,
+        per_tx=per_tx,
         violations=violations,
         **A.drain_fields(args.jobs, args.jobs, seconds, seconds),
     )
