@@ -343,44 +343,39 @@ async def submit_tasks(
     unique = list(by_key.values())
     ids: dict[str, str] = {}
     async with db.transaction(now=now) as tx:
-        # One multi-row statement for the whole call; a key already taken inserts nothing.
-        params = dumps(
-            [
-                {
-                    "id": new_id(),
-                    "schedule_id": None,
-                    "trigger_context": "{}",
-                    "action_kind": a.action_kind,
-                    "action_args": a.args_json,
-                    "concurrency_key": a.concurrency_key,
-                    "required_capabilities": dumps(a.required_capabilities),
-                    "execution_target": a.execution_target,
-                    "library_ref": a.library_ref,
-                    "library_content_hash": a.library_content_hash,
-                    "idempotency_key": a.idempotency_key,
-                    "application_hash": a.application_hash,
-                    "admission_source": admission_source,
-                }
-                for a in unique
-            ]
-        )
-        rows = await tx.fetchall("run_insert_many_if_new", {"rows": params})
-        inserted = {row["idempotency_key"]: row["id"] for row in rows}
-        existing_needed = []
-        for item in unique:
-            if item.idempotency_key in inserted:
-                ids[item.idempotency_key] = inserted[item.idempotency_key]
-            else:
-                existing_needed.append(item)
-        if existing_needed:
+        # One set-based write for the whole call; a key already taken inserts nothing.
+        rows: list[dict[str, Any]] = [
+            {
+                "id": new_id(),
+                "schedule_id": None,
+                "trigger_context": "{}",
+                "action_kind": a.action_kind,
+                "action_args": a.args_json,
+                "concurrency_key": a.concurrency_key,
+                "required_capabilities": dumps(a.required_capabilities),
+                "execution_target": a.execution_target,
+                "library_ref": a.library_ref,
+                "library_content_hash": a.library_content_hash,
+                "idempotency_key": a.idempotency_key,
+                "application_hash": a.application_hash,
+                "admission_source": admission_source,
+            }
+            for a in unique
+        ]
+        [inserted] = await tx.write_many([("run_insert_many_if_new", rows)])
+        if inserted == len(unique):
+            ids = {a.idempotency_key: row["id"] for a, row in zip(unique, rows, strict=True)}
+        else:
+            # Some key was taken: the row holding each key says whose it is (ours carries the
+            # id we made; another's must hold the same application).
             found = await tx.fetchone_each(
-                "run_get_by_key", [{"idempotency_key": a.idempotency_key} for a in existing_needed]
+                "run_get_by_key", [{"idempotency_key": a.idempotency_key} for a in unique]
             )
-            for item, row in zip(existing_needed, found, strict=True):
+            for item, row, ours in zip(unique, found, rows, strict=True):
                 assert row is not None  # the unique index holds the key
-                if row["application_hash"] != item.application_hash:
+                if row["id"] != ours["id"] and row["application_hash"] != item.application_hash:
                     raise TaskIdempotencyConflict(item.idempotency_key, row["id"])
                 ids[item.idempotency_key] = row["id"]
-        if len(existing_needed) < len(unique):
+        if inserted:
             tx.notify("queued")
     return [ids[a.idempotency_key] for a in admitted]

@@ -729,7 +729,8 @@ RETURNING session_key;
 
 -- name: run_insert_many_if_new
 -- run_insert_if_new for many applications at once (submit_tasks): "rows" holds its parameters
--- as a JSON array; returns the id and key of each row inserted (a taken key is missing).
+-- as a JSON array; one row out per row inserted (a taken key inserts nothing), so the count
+-- Tx.write_many answers is the rows inserted.
 WITH inserted AS (
 INSERT INTO schedule_runs (
   id, schedule_id, invocation_id, trigger_context,

@@ -646,7 +646,7 @@ INSERT INTO status_transitions (
   'invariant checker probe (always rolled back)', '[]', 'system', 'system:checker', :now, '{}'
 );
 
--- Set-based writes of a group-commit batch (transitions.apply_transitions, the summary store),
+-- Set-based writes (transitions.apply_transitions, the summary store, submit_tasks),
 -- run by Tx.write_many: on SQLite with executemany, once per row, each row bound directly (no
 -- JSON to build in Python nor to parse here: measured at less than half the cost of a
 -- json_each insert). So each is its one-row counterpart above, without RETURNING (executemany
@@ -694,12 +694,9 @@ WHERE task_summaries.state = 'pending';
 -- Which of the facts :ids (a JSON array) exist: after write_many fell short of them.
 SELECT id FROM status_transitions WHERE id IN (SELECT value FROM json_each(:ids));
 
--- A JSON-array statement, for submit_tasks (admission.py), which needs the rows back.
--- (WHERE true: SQLite needs it before ON CONFLICT after a SELECT.)
-
 -- name: run_insert_many_if_new
--- run_insert_if_new for many applications at once (submit_tasks): "rows" holds its parameters
--- as a JSON array; returns the id and key of each row inserted (a taken key is missing).
+-- run_insert_if_new for each application of submit_tasks; a taken key inserts nothing (the
+-- count falls short and admission.py reads the keys back).
 INSERT INTO schedule_runs (
   id, schedule_id, invocation_id, trigger_context,
   action_kind, action_args, status, chain_depth,
@@ -707,15 +704,12 @@ INSERT INTO schedule_runs (
   required_capabilities, execution_target,
   library_ref, library_content_hash,
   idempotency_key, application_hash, admission_source
+) VALUES (
+  :id, :schedule_id, NULL, :trigger_context,
+  :action_kind, :action_args, 'queued', 0,
+  :now, :now, :now, :concurrency_key,
+  :required_capabilities, :execution_target,
+  :library_ref, :library_content_hash,
+  :idempotency_key, :application_hash, :admission_source
 )
-SELECT json_extract(value, '$.id'), json_extract(value, '$.schedule_id'), NULL,
-       json_extract(value, '$.trigger_context'),
-       json_extract(value, '$.action_kind'), json_extract(value, '$.action_args'), 'queued', 0,
-       :now, :now, :now, json_extract(value, '$.concurrency_key'),
-       json_extract(value, '$.required_capabilities'), json_extract(value, '$.execution_target'),
-       json_extract(value, '$.library_ref'), json_extract(value, '$.library_content_hash'),
-       json_extract(value, '$.idempotency_key'), json_extract(value, '$.application_hash'),
-       json_extract(value, '$.admission_source')
-FROM json_each(:rows) WHERE true
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id, idempotency_key;
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
