@@ -79,3 +79,35 @@ async def test_a_terminated_hot_backend_fails_one_call_and_is_replaced(pg: State
     replacement = await backend_pid(pg)
     assert replacement != victim
     assert await backend_pid(pg) == replacement
+
+
+async def test_a_transactions_notifications_go_out_with_its_commit_and_not_before(
+    pg: StateDB,
+) -> None:
+    """The NOTIFYs travel with the COMMIT (one round trip): a listener hears every channel the
+    transaction named once it commits, and nothing from one that rolled back."""
+    async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as listener:
+        await listener.execute("LISTEN taskward_queued")
+        await listener.execute("LISTEN taskward_cancel")
+        with pytest.raises(RuntimeError):
+            async with pg.transaction() as tx:
+                tx.notify("queued")
+                raise RuntimeError("rolled back")
+        async with pg.transaction() as tx:
+            tx.notify("cancel")
+        async with pg.transaction() as tx:
+            tx.notify("queued")
+            tx.notify("cancel")
+            tx.notify("queued")
+        heard: list[str] = []
+        async with asyncio.timeout(10):
+            async for note in listener.notifies():
+                heard.append(note.channel)
+                if len(heard) == 3:
+                    break
+        # In commit order; the rolled-back transaction's would have come first.
+        assert heard[0] == "taskward_cancel"
+        assert sorted(heard[1:]) == ["taskward_cancel", "taskward_queued"]
+    async with pg.transaction() as tx:
+        with pytest.raises(ValueError, match="unknown channel"):
+            tx.notify("queued; DROP TABLE schedule_runs")

@@ -45,6 +45,14 @@ _BEGIN_NOW_SQL = f"BEGIN; {_NOW_SQL}".encode()
 _RUNNING_KEY_INDEX = "idx_schedule_runs_running_concurrency"
 _CHANNEL_PREFIX = "taskward_"
 
+
+def _commit_sql(channels: set[str]) -> bytes:
+    """The NOTIFYs and the COMMIT in one round trip (one simple query: no parameters). The
+    channels come from ``signals.CHANNELS`` only (``_PgTx.notify`` refuses any other)."""
+    notifies = "".join(f"NOTIFY {_CHANNEL_PREFIX}{channel}; " for channel in sorted(channels))
+    return f"{notifies}COMMIT".encode()
+
+
 # What passes by itself: retried by callers as StoreUnavailable (taskward.store.retry).
 # 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now, 57P05
 # idle_session_timeout, 40001 serialization_failure, 40P01 deadlock_detected, 55P03
@@ -106,6 +114,8 @@ class _PgTx:
         self.channels: set[str] = set()
 
     def notify(self, channel: str) -> None:
+        if channel not in CHANNELS:
+            raise ValueError(f"unknown channel {channel!r}; allowed: {', '.join(CHANNELS)}")
         self.channels.add(channel)
 
     @asynccontextmanager
@@ -423,9 +433,7 @@ class PostgresDB:
             try:
                 yield tx
                 with _translate():
-                    for channel in sorted(tx.channels):
-                        await conn.execute(f"NOTIFY {_CHANNEL_PREFIX}{channel}".encode())
-                    await conn.execute(b"COMMIT")
+                    await conn.execute(_commit_sql(tx.channels))
             except BaseException:
                 with contextlib.suppress(Exception):
                     await conn.execute(b"ROLLBACK")
