@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 import taskward
-from taskward.groupcommit import SLOW_START_BATCH, GroupCommit
+from taskward.groupcommit import POSTGRES_LANES, SLOW_START_BATCH, GroupCommit, default_lanes
 from taskward.store.port import StateDB, Tx
 
 from .helpers import request, submit
@@ -103,7 +103,7 @@ async def test_follow_up_units_join_the_next_batch_together(db: StateDB) -> None
     summary, then completes) share the next batch, even when other work is already queued,
     instead of trickling into the batch after it."""
     ids = [await submit(db) for _ in range(SLOW_START_BATCH)]
-    group = GroupCommit(db)
+    group = GroupCommit(db, lanes=1)  # one transaction in flight: the others queue behind it
     extra: list[asyncio.Future[str]] = []
 
     async def first_unit(tx: Tx, task_id: str) -> str:
@@ -135,7 +135,7 @@ async def test_a_burst_after_idle_starts_with_a_small_batch_and_doubles(db: Stat
     so the first of them are answered after a short transaction instead of all waiting for one
     long one (tasks that finish together then restart spread out, not in lockstep)."""
     task_id = await submit(db)
-    group = GroupCommit(db, max_batch=16)
+    group = GroupCommit(db, max_batch=16, lanes=1)
     batch_of: list[int] = []
 
     async def unit(tx: Tx) -> str:
@@ -154,3 +154,31 @@ async def test_a_burst_after_idle_starts_with_a_small_batch_and_doubles(db: Stat
     batch_of.clear()
     await asyncio.gather(*(group.run(unit, fallback=lambda: asyncio.sleep(0)) for _ in range(6)))
     assert batch_of.count(batch_of[0]) == SLOW_START_BATCH
+
+
+async def test_postgresql_runs_two_batches_at_once_and_sqlite_one(db: StateDB) -> None:
+    """On PostgreSQL a second batch starts while the first is still in its transaction (each
+    on its own connection): a unit of the first batch waits for a unit of the second, which
+    with one lane would never run. SQLite has one writer, so one lane."""
+    if db.dialect == "sqlite":
+        assert default_lanes(db) == GroupCommit(db).lanes == 1
+        return
+    assert GroupCommit(db).lanes == POSTGRES_LANES == 2
+    first, second = await submit(db), await submit(db)
+    group = GroupCommit(db, max_batch=1)  # one unit a batch: two batches
+    second_ran = asyncio.Event()
+
+    async def waits_for_the_other(tx: Tx) -> str:
+        await asyncio.wait_for(second_ran.wait(), timeout=10)
+        return await _status_of(tx, first)
+
+    async def sets(tx: Tx) -> str:
+        second_ran.set()
+        return await _status_of(tx, second)
+
+    results = await asyncio.gather(
+        group.run(waits_for_the_other, fallback=lambda: asyncio.sleep(0, "fallback")),
+        group.run(sets, fallback=lambda: asyncio.sleep(0, "fallback")),
+    )
+    assert results == ["queued", "queued"]
+    assert group.batches == 2

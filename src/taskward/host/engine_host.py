@@ -289,7 +289,7 @@ class ResidentEngineHost:
             return TaskFailure(
                 code="deadline", retryable=True, detail="deadline reached before the task started"
             )
-        if not task.cwd.exists() or not task.cwd.is_dir():
+        if not task.cwd.is_dir():  # False for a missing path too: one stat, not two
             return TaskFailure(
                 code="invalid_task",
                 retryable=False,
