@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 import os
 import re
 import sys
@@ -59,27 +58,16 @@ class Statement:
         return self.result if isinstance(self.result, int) else len(self.result)
 
     def expanded(self) -> list[Statement]:
-        """A set-based ``<name>_many`` (one-row parameter sets in ``rows``: a JSON array, or a
-        list for ``Tx.write_many``) as the one-row statements it stands for, each with the row
-        it returned, if any."""
+        """A set-based ``<name>_many`` (recorded from ``Tx.write_many``: the one-row parameter
+        sets in ``rows``, the count written as the result) as the one-row statements it stands
+        for. A short count means the transaction is rolled back, or which rows were skipped is
+        unknown here: none of them counts as written."""
         single = _MANY.get(self.name)
         if single is None:
             return [self]
-        rows = self.params["rows"]
-        rows = json.loads(rows) if isinstance(rows, str) else list(rows)
-        if isinstance(self.result, int):
-            # Tx.write_many answers a count: every row written, or (short) the transaction is
-            # rolled back or the rows skipped are unknown here; count none of them.
-            whole = self.result >= len(rows)
-            return [Statement(single, row, [row] if whole else []) for row in rows]
-        returned = [r for r in self.result if r]
-        out = []
-        for row in rows:
-            written = [
-                r for r in returned if all(row.get(k) == v for k, v in r.items() if k in row)
-            ]
-            out.append(Statement(single, row, written[:1]))
-        return out
+        rows = list(self.params["rows"])
+        whole = self.rows >= len(rows)
+        return [Statement(single, row, [row] if whole else []) for row in rows]
 
 
 _MANY: Final = {

@@ -667,14 +667,14 @@ INSERT INTO status_transitions (
 -- Each takes a parameter "rows": a JSON array of objects holding exactly the parameters of its
 -- one-row counterpart above (JSON columns as their JSON text), and keeps that statement's
 -- per-row semantics. Times are the statement's "now", never JSON. Tx.write_many runs them all
--- in one round trip and answers how many rows each wrote.
+-- in one round trip and answers how many rows each wrote, so none returns rows.
 
 -- name: fact_ids_among
 -- Which of the facts :ids (a JSON array) exist: after write_many fell short of them.
 SELECT id FROM status_transitions WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
 
 -- name: fact_insert_many
--- fact_insert for many facts; returns the ids inserted (a fact whose key is taken is missing).
+-- fact_insert for many facts; a fact whose key is taken inserts nothing (the count falls short).
 INSERT INTO status_transitions (
   id, entity_type, entity_id, previous_status, status, reason_code, reason_summary,
   evidence_refs, source, actor, created_at, metadata, idempotency_key, request_hash,
@@ -688,8 +688,7 @@ FROM jsonb_to_recordset(:rows::jsonb) AS r(
   reason_code text, reason_summary text, evidence_refs text, source text, actor text,
   metadata text, idempotency_key text, request_hash text, event_id text, lease_id text
 )
-ON CONFLICT (entity_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id;
+ON CONFLICT (entity_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
 -- name: event_insert_many
 INSERT INTO task_events (id, task_id, kind, transition_id, status, payload, created_at)
@@ -713,7 +712,7 @@ FROM jsonb_to_recordset(:rows::jsonb) AS r(
 ON CONFLICT (dedup_key) DO NOTHING;
 
 -- name: summary_write_many
--- summary_write for many sessions; returns the session keys written.
+-- summary_write for many sessions; a complete row is left untouched (the count falls short).
 INSERT INTO task_summaries (session_key, task_id, attempt, state, summary, summary_hash, reason,
                             created_at, updated_at)
 SELECT r.session_key, r.task_id, r.attempt, 'complete', r.summary::jsonb, r.summary_hash, NULL,
@@ -724,14 +723,12 @@ FROM jsonb_to_recordset(:rows::jsonb) AS r(
 ON CONFLICT (session_key) DO UPDATE SET
   state = 'complete', summary = excluded.summary, summary_hash = excluded.summary_hash,
   reason = NULL, updated_at = excluded.updated_at
-WHERE task_summaries.state = 'pending'
-RETURNING session_key;
+WHERE task_summaries.state = 'pending';
 
 -- name: run_insert_many_if_new
 -- run_insert_if_new for many applications at once (submit_tasks): "rows" holds its parameters
--- as a JSON array; one row out per row inserted (a taken key inserts nothing), so the count
--- Tx.write_many answers is the rows inserted.
-WITH inserted AS (
+-- as a JSON array; a taken key inserts nothing (the count falls short and admission.py reads
+-- the keys back). Its wake-up NOTIFY goes with the COMMIT (submit_tasks calls tx.notify).
 INSERT INTO schedule_runs (
   id, schedule_id, invocation_id, trigger_context,
   action_kind, action_args, status, chain_depth,
@@ -751,7 +748,4 @@ FROM jsonb_to_recordset(:rows::jsonb) AS r(
   concurrency_key text, required_capabilities text, execution_target text, library_ref text,
   library_content_hash text, idempotency_key text, application_hash text, admission_source text
 )
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id, idempotency_key
-)
-SELECT id, idempotency_key, pg_notify('taskward_queued', '') AS notified FROM inserted;
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
