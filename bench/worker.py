@@ -32,10 +32,11 @@ import sqlite3
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 
@@ -221,9 +222,6 @@ def _floor_connection(store: Store) -> Any:
     return conn
 
 
-T = TypeVar("T")
-
-
 def run_floor(store: Store, count: int, *, per_tx: int = 1) -> float:
     """Claim and complete ``count`` tasks one at a time, two transactions each; returns the
     seconds the loop took. Ids, times, hashes and JSON are made inside the timed loop.
@@ -240,9 +238,6 @@ def run_floor(store: Store, count: int, *, per_tx: int = 1) -> float:
     done_payload = _compact(
         {"actor": actor, "from": "running", "reason_code": "completed", "to": "completed"}
     )
-
-    def begin() -> None:
-        conn.execute(sql.begin if sql.begin is not None else "BEGIN")
 
     def claim() -> tuple[str, int, float, float]:
         now = time.time()
@@ -327,23 +322,26 @@ def run_floor(store: Store, count: int, *, per_tx: int = 1) -> float:
         conn.execute(sql.event, (event_id, task_id, fact_id, "completed", done_payload, now))
         conn.execute(sql.summary, (session_key, task_id, attempt, body, _sha(body), now, now))
 
-    def in_tx(work: Callable[[], T]) -> T:
-        begin()
+    @contextmanager
+    def transaction() -> Iterator[None]:
+        conn.execute(sql.begin if sql.begin is not None else "BEGIN")
         try:
-            result = work()
+            yield
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
-        return result
 
     try:
         start = time.monotonic()
         done = 0
         while done < count:
             size = min(per_tx, count - done)
-            claimed = in_tx(lambda size=size: [claim() for _ in range(size)])
-            in_tx(lambda claimed=claimed: [complete(*one) for one in claimed])
+            with transaction():
+                claimed = [claim() for _ in range(size)]
+            with transaction():
+                for one in claimed:
+                    complete(*one)
             done += size
         return time.monotonic() - start
     finally:
