@@ -1103,16 +1103,17 @@ def _pg_explain(conn: Any, sql: str, params: dict[str, Any], mode: str) -> dict[
     for note in notices:  # "duration: ... plan:", "Query Text: <sql>", then the plan's lines
         lines = note.splitlines()
         starts = [i for i, line in enumerate(lines) if _PLAN_NODE.match(line)]
-        if starts and "FROM schedule_runs" in note and "taskward_claim_page" not in note:
+        if starts and "FROM schedule_runs" in note and "taskward_claim_lock_page" not in note:
             nested = lines[starts[0] :]
     return {"ms": ms, "plan": plan, "nested_plan": nested}
 
 
 def explain_claim(store: Store) -> dict[str, Any]:
-    """The plans of the claim pass's statements on this store, as a worker runs them (first
-    candidate page; the lock of 20 of its rows, inside a rolled-back transaction), beside the
-    statements before migration 0005. On PostgreSQL both the custom plan and the generic plan a
-    prepared statement ends up with; SQLite's plan and the statement's time."""
+    """The plans of the claim pass's statements on this store, as a worker runs them (the first
+    candidate page, which locks 20 of its rows on PostgreSQL, inside a rolled-back transaction),
+    beside the statements before migration 0005 (page, then a lock of 20 of its ids). On
+    PostgreSQL both the custom plan and the generic plan a prepared statement ends up with;
+    SQLite's plan and the statement's time."""
     from taskward.store.queries import load_queries
 
     registry = taskward.build_registry(taskward.AdapterConfig(imports=(TASKS_MODULE,)))
@@ -1121,9 +1122,13 @@ def explain_claim(store: Store) -> dict[str, Any]:
         "max_attempts": 3,
         "default_max_attempts": 3,
         "kinds": kinds,
+        "targets": json.dumps(["host"]),
+        "capabilities": "[]",
+        "soft": json.dumps(["warmed-cache"]),
         "cursor_queued_at": None,
         "cursor_id": None,
         "page_size": 50,
+        "lock": 20,
     }
     queries = load_queries(store.backend)
     former = FORMER_STATEMENTS[store.backend]
@@ -1135,10 +1140,9 @@ def explain_claim(store: Store) -> dict[str, Any]:
         try:
             ids = [r[0] for r in conn.execute(queries["run_claim_page"], page).fetchall()]
             lock = {"ids": json.dumps(ids[:20])}
-            statements = [
-                ("run_claim_page", queries["run_claim_page"], page),
-                ("run_lock_candidates", queries["run_lock_candidates"], lock),
-            ] + [(f"{name} (before 0005)", sql, lock) for name, sql in former.items()]
+            statements = [("run_claim_page", queries["run_claim_page"], page)] + [
+                (f"{name} (before 0005)", sql, lock) for name, sql in former.items()
+            ]
             for name, sql, params in statements:
                 plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
                 began = time.monotonic()
@@ -1165,7 +1169,6 @@ def explain_claim(store: Store) -> dict[str, Any]:
         lock = {"ids": json.dumps(ids[:20])}
         statements = [
             ("run_claim_page", queries["run_claim_page"], page),
-            ("run_lock_candidates", queries["run_lock_candidates"], lock),
             ("run_claim_page (before 0005)", former["run_claim_page"], page),
             ("run_lock_candidates (before 0005)", former["run_lock_candidates"], lock),
         ]

@@ -6,8 +6,12 @@ the tick loop lease exactly the same way.
 A pass pages candidates 50 at a time on a ``(queued_at, id)`` keyset, scans at most 5,000 rows
 and claims at most ``limit`` (<= 20) of them. Filtering by execution target and capabilities
 happens before the claim; affinity orders the candidates of the pages scanned (stable, so ties
-keep oldest-first order). Serialization keys block against running rows and within the pass;
-the store's unique index on running keys makes the block authoritative across machines (R7).
+keep oldest-first order). The page itself hands the pass its rows locked: on PostgreSQL it
+locks the rows this worker serves with ``FOR UPDATE SKIP LOCKED`` in the same statement
+(migration 0006), so rows another claimer holds are skipped without a second round trip; on
+SQLite the pass's ``BEGIN IMMEDIATE`` already holds the one write lock. Serialization keys
+block against running rows and within the pass; the store's unique index on running keys makes
+the block authoritative across machines (R7).
 """
 
 from __future__ import annotations
@@ -20,7 +24,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from taskward.capabilities import affinity_score, capability_class, worker_can_serve
+from taskward.capabilities import (
+    CAPABILITY_CLASSES,
+    affinity_score,
+    capability_class,
+    worker_can_serve,
+)
 from taskward.groupcommit import GroupCommit
 from taskward.models import Actor, StateReason, TransitionRequest
 from taskward.settings import DEFAULT_MAX_ATTEMPTS
@@ -46,6 +55,10 @@ CLAIM_CAP: Final = 20
 # A pass whose candidates concurrent claimers took first scans on past them this many times
 # (each scan starts after the last row of the previous one) before it reports what it got.
 CONTENDED_RESCANS: Final = 3
+# Tokens that order and never filter (affinity): the page's SQL filter must skip them too.
+_SOFT_TOKENS: Final = json.dumps(
+    sorted(t for t, c in CAPABILITY_CLASSES.items() if c == "affinity")
+)
 
 
 def new_worker_id() -> str:
@@ -141,11 +154,13 @@ async def _find(
         if first_page is not None:
             page, first_page = first_page, None
         else:
-            page = await db.fetchall(
-                "run_claim_page", _page_params(spec, max_attempts, cursor, page_size)
-            )
+            params = _page_params(spec, max_attempts, cursor, page_size, limit - len(candidates))
+            page = await db.fetchall("run_claim_page", params)
         scanned += len(page)
-        candidates.extend(row for row in page if spec.serves(row))
+        # Only the rows the page locked for this pass: the others are held by another claimer,
+        # or the worker cannot serve them (serves() is the SQL filter's Python twin, kept as a
+        # check), or they lie beyond the rows it asked to lock.
+        candidates.extend(row for row in page if row["locked"] and spec.serves(row))
         if page:
             cursor = (page[-1]["queued_at"], page[-1]["id"])
         if len(page) < page_size:
@@ -159,26 +174,38 @@ async def _find(
     return candidates, cursor if more else None
 
 
+def _ranked(spec: WorkerSpec) -> bool:
+    """Whether affinity can reorder this worker's candidates (it advertises an affinity token)."""
+    return any(capability_class(token) == "affinity" for token in spec.capabilities)
+
+
 def _first_page_size(spec: WorkerSpec, limit: int) -> int:
     """Without an affinity token every score is 0 and the order is the SQL's oldest-first, so
     the first page need only hold the rows wanted plus a margin for rows a concurrent claimer
-    takes first: a pass for one free slot reads ten rows, not fifty. Later pages (after rows
-    were filtered out by target or capability) are full size."""
-    ranked = any(capability_class(token) == "affinity" for token in spec.capabilities)
-    return CLAIM_PAGE_SIZE if ranked else min(CLAIM_PAGE_SIZE, 2 * limit + 8)
+    holds (the other lane of this worker, or another worker): a pass for one free slot reads ten
+    rows, not fifty. Later pages (after rows were filtered out by target or capability, or were
+    held) are full size."""
+    return CLAIM_PAGE_SIZE if _ranked(spec) else min(CLAIM_PAGE_SIZE, 2 * limit + 8)
 
 
 def _page_params(
-    spec: WorkerSpec, max_attempts: int | None, cursor: Cursor, page_size: int
+    spec: WorkerSpec, max_attempts: int | None, cursor: Cursor, page_size: int, wanted: int
 ) -> dict[str, Any]:
-    """``run_claim_page``'s parameters; ``max_attempts`` None reads the stored ceiling."""
+    """``run_claim_page``'s parameters; ``max_attempts`` None reads the stored ceiling.
+
+    The page locks at most ``wanted`` rows, the oldest this worker serves; a worker that ranks
+    by affinity locks every row of the page it serves, as it may claim any of them."""
     return {
         "max_attempts": max_attempts,
         "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
         "kinds": json.dumps(sorted(set(spec.kinds))),
+        "targets": json.dumps(sorted(set(spec.execution_targets))),
+        "capabilities": json.dumps(sorted(set(spec.capabilities))),
+        "soft": _SOFT_TOKENS,
         "cursor_queued_at": cursor[0],
         "cursor_id": cursor[1],
         "page_size": page_size,
+        "lock": page_size if _ranked(spec) else wanted,
     }
 
 
@@ -238,22 +265,16 @@ async def _claim_in(
     """Claim up to ``limit`` of ``candidates`` inside the pass's transaction.
 
     Each row still gets its own compare-and-swap, fact and event (ADR-0072 D3); they commit
-    together. On PostgreSQL the chosen rows are first locked with ``FOR UPDATE SKIP LOCKED``,
-    so concurrent claimers skip each other's rows instead of queueing behind them. A row whose
+    together. The candidates are already this transaction's (the page locked them), so
+    concurrent claimers skipped them instead of queueing behind them. A row whose
     serialization key turns out to be running elsewhere is rolled back alone (a savepoint) and
     stays blocked for the rest of the pass (ADR-0071 D5, R7).
     """
     claimed: list[tuple[int, Claimed]] = []
-    lockable = await tx.fetchall(
-        "run_lock_candidates", {"ids": json.dumps([r["id"] for r in candidates])}
-    )
-    free = {r["id"] for r in lockable}
     plain: list[tuple[int, Row]] = []  # rows without a serialization key: claimed together
     for position, row in enumerate(candidates):
         if len(claimed) + len(plain) >= limit:
             break
-        if row["id"] not in free:
-            continue  # another claimer holds it, or it is no longer queued
         key = row.get("concurrency_key")
         if key is None:
             plain.append((position, row))
@@ -347,7 +368,7 @@ async def claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
             ("claim_context", {"worker_id": spec.worker_id, "now": tx.now}),
             (
                 "run_claim_page",
-                _page_params(spec, None, (None, None), _first_page_size(spec, limit)),
+                _page_params(spec, None, (None, None), _first_page_size(spec, limit), limit),
             ),
         ]
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 import taskward
 from taskward import Actor, TaskExecutionResult
 from taskward.adapters import AdapterConfig, build_registry
-from taskward.claims import Lease, WorkerSpec, claim_rows, claim_runs
+from taskward.claims import Lease, WorkerSpec, _page_params, claim_rows, claim_runs
 from taskward.execution import RetryPolicy, execute_lease, settle_lease
 from taskward.groupcommit import GroupCommit
 from taskward.maintenance.reaper import promote_due_retries, reap_deadlines
@@ -129,11 +128,35 @@ async def test_a_pass_whose_first_candidates_are_taken_scans_on_past_them(
         pytest.skip("row locks held by another open transaction exist only on PostgreSQL")
     ids = [await submit(db, now=T0 + i) for i in range(40)]
     async with db.transaction() as holder:  # another claimer, mid-pass, holding the oldest 30
-        await holder.fetchall("run_lock_candidates", {"ids": json.dumps(ids[:30])})
+        held = await holder.fetchall(
+            "run_claim_page", _page_params(spec(), 3, (None, None), 30, 30)
+        )
+        assert [r["id"] for r in held if r["locked"]] == ids[:30]
         # the pool serves this pass on other connections
         group = GroupCommit(db) if grouped else None
         claimed = await asyncio.wait_for(claim_rows(db, spec(), limit=2, group=group), 10)
     assert [c.lease.task_id for c in claimed] == ids[30:32]
+
+
+async def test_a_claim_page_locks_only_rows_its_worker_serves(db: StateDB, backend: str) -> None:
+    """A host worker mid-pass does not hide the rows it cannot run from the worker that can: the
+    page locks only served rows (target and capabilities, affinity never filtering), and only
+    as many as the pass asked for."""
+    if backend != "postgres":
+        pytest.skip("row locks held by another open transaction exist only on PostgreSQL")
+    elsewhere = await submit(db, target="daytona", now=T0)
+    needs_gpu = await submit(db, required_capabilities=["gpu"], now=T0 + 1)
+    warm = await submit(db, required_capabilities=["warmed-cache"], now=T0 + 2)
+    plain = [await submit(db, now=T0 + 3 + i) for i in range(3)]
+    async with db.transaction() as holder:  # a host worker, mid-pass, asking for two rows
+        page = await holder.fetchall("run_claim_page", _page_params(spec(), 3, (None, None), 10, 2))
+        assert [r["id"] for r in page] == [elsewhere, needs_gpu, warm, *plain]
+        assert [r["id"] for r in page if r["locked"]] == [warm, plain[0]]
+        gpu_worker = spec(
+            "host:cccccccc", capabilities=["gpu"], execution_targets=["daytona", "host"]
+        )
+        claimed = await asyncio.wait_for(claim_runs(db, gpu_worker, now=T0 + 10), 10)
+    assert [lease.task_id for lease in claimed] == [elsewhere, needs_gpu, *plain[1:]]
 
 
 # -- routing --------------------------------------------------------------------------------

@@ -142,15 +142,19 @@ WHERE status = 'running' AND concurrency_key IS NOT NULL;
 -- name: run_claim_page
 -- One (queued_at, id) keyset page of claim candidates (ADR-0071 D4, R7): queued rows of any
 -- origin whose kind this worker serves, below the attempt ceiling, with no pending cancellation.
--- taskward_claim_page (migration 0005) walks idx_schedule_runs_claim in order whatever the
--- planner statistics: without them a plain SELECT read and sorted every queued row.
+-- The first :lock rows of the page that this worker serves (:targets, :capabilities; :soft
+-- tokens never filter) and no other transaction holds come back locked (FOR UPDATE SKIP
+-- LOCKED, locked = true): a claim pass needs no second round trip to lock them, and two
+-- claimers never pick the same rows. taskward_claim_lock_page (migration 0006) walks
+-- idx_schedule_runs_claim in order whatever the planner statistics.
 -- A NULL max_attempts reads the stored ceiling (R6) here, so a pass's first page can travel in
 -- the same round trip as claim_context.
-SELECT * FROM taskward_claim_page(
+SELECT * FROM taskward_claim_lock_page(
   COALESCE(:max_attempts::integer,
            (SELECT value::integer FROM queue_settings WHERE name = 'max_attempts'),
            :default_max_attempts::integer),
-  :kinds::jsonb, :cursor_queued_at::float8, :cursor_id::text, :page_size::bigint);
+  :kinds::jsonb, :targets::jsonb, :capabilities::jsonb, :soft::jsonb,
+  :cursor_queued_at::float8, :cursor_id::text, :page_size::bigint, :lock::bigint);
 
 -- name: run_expired_leases
 -- Running rows whose lease expired strictly before :now (R6).
@@ -219,16 +223,6 @@ SELECT * FROM task_summaries WHERE task_id = :task_id ORDER BY attempt;
 SELECT COALESCE(:now::float8, extract(epoch FROM clock_timestamp())::float8) AS now,
        (SELECT last_heartbeat_at FROM workers WHERE worker_id = :worker_id) AS last_heartbeat_at,
        (SELECT value FROM queue_settings WHERE name = 'max_attempts') AS max_attempts;
-
--- name: run_lock_candidates
--- Inside the claim transaction: the candidates still queued, locked; rows another claimer holds are skipped, not waited for.
--- Always primary-key lookups of the ids, whatever the planner statistics: without them a plain
--- `status = 'queued'` let the planner read every queued row of a partial index (a hashed semi
--- join, or a bitmap AND with the key): 5-16 ms a pass at 10,000-20,000 queued rows, growing with
--- the queue. Written as `status || ''` it matches no index, so only the key's index can serve.
-SELECT id FROM schedule_runs
-WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(:ids::jsonb))) AND status || '' = 'queued'
-FOR UPDATE SKIP LOCKED;
 
 -- dispatch_outbox (ADR-0072 D6, R12): notifications of committed facts and their delivery
 -- state. Written by the enqueue in transitions.apply_transition and by taskward.outbox only;

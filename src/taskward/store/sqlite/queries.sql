@@ -140,8 +140,11 @@ WHERE status = 'running' AND concurrency_key IS NOT NULL;
 -- origin whose kind this worker serves, below the attempt ceiling, with no pending cancellation.
 -- INDEXED BY: SQLite gathers no statistics on its own and would otherwise scan and sort every
 -- queued row on each pass; the partial claim index walks them in order.
+-- locked = 1 always: a claim pass runs inside BEGIN IMMEDIATE, whose write lock already makes
+-- every row of the page the pass's own (PostgreSQL locks the rows it hands out, migration 0006;
+-- :targets, :capabilities, :soft and :lock are its parameters and unused here).
 SELECT id, queued_at, action_kind, execution_target, required_capabilities, concurrency_key,
-       lease_attempts,
+       lease_attempts, 1 AS locked,
        CASE WHEN json_type(action_args, '$.timeout_s') IN ('integer', 'real')
             THEN json_extract(action_args, '$.timeout_s') END AS timeout_s
 FROM schedule_runs INDEXED BY idx_schedule_runs_claim
@@ -223,13 +226,6 @@ SELECT * FROM task_summaries WHERE task_id = :task_id ORDER BY attempt;
 SELECT :now AS now,
        (SELECT last_heartbeat_at FROM workers WHERE worker_id = :worker_id) AS last_heartbeat_at,
        (SELECT value FROM queue_settings WHERE name = 'max_attempts') AS max_attempts;
-
--- name: run_lock_candidates
--- Inside the claim transaction: the candidates still queued (the write lock is already held).
--- CROSS JOIN keeps the ids as the outer loop (SQLite never reorders it): one primary-key lookup
--- each. With IN (...) and no statistics SQLite scanned every queued row of the status index.
-SELECT r.id FROM json_each(:ids) AS ids CROSS JOIN schedule_runs AS r ON r.id = ids.value
-WHERE r.status = 'queued';
 
 -- dispatch_outbox (ADR-0072 D6, R12): notifications of committed facts and their delivery
 -- state. Written by the enqueue in transitions.apply_transition and by taskward.outbox only;

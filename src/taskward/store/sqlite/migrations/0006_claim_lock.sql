@@ -1,0 +1,5 @@
+-- 0006_claim_lock: why — PostgreSQL's 0006 makes the claim page lock the rows it hands a claim
+-- pass (FOR UPDATE SKIP LOCKED) in the same statement, instead of a second round trip. SQLite
+-- needs no schema change: a claim pass runs inside BEGIN IMMEDIATE, which already holds the one
+-- write lock, so every row its page returns is the pass's own (run_claim_page says locked = 1).
+-- This migration keeps both dialects' migration numbers in step and changes nothing.
