@@ -192,3 +192,30 @@ def test_update_many_refuses_what_cannot_share_a_statement(dialect: str) -> None
         build_run_update_many([("a", "queued", {"action_args": "{}"}, {})], (), dialect=dialect)
     with pytest.raises(ValueError, match="allowlist"):
         build_run_update_many([("a", "queued", {"status": "x"}, {"id": "a"})], (), dialect=dialect)
+
+
+async def test_update_many_stores_each_columns_values_whatever_their_python_type(
+    db: StateDB,
+) -> None:
+    """PostgreSQL sends each column as one binary typed array, which holds one type: ints among
+    floats, floats for an integer column and NULLs must all arrive as the column's values."""
+    a, b, c = await submit(db), await submit(db), await submit(db)
+    values: list[dict[str, Any]] = [
+        {"retry_at": 100, "exit_code": 3, "error_detail": "é\"'{}\\"},
+        {"retry_at": 100.5, "exit_code": 4.0, "error_detail": None},
+        {"retry_at": None, "exit_code": None, "error_detail": "plain"},
+    ]
+    async with db.transaction() as tx:
+        rows = await tx.run_update_many(
+            [
+                (run, "queued", v, {"leased_by": None})
+                for run, v in zip((a, b, c), values, strict=True)
+            ],
+            returning=("retry_at", "exit_code", "error_detail"),
+        )
+    got = {r["id"]: (r["retry_at"], r["exit_code"], r["error_detail"]) for r in rows}
+    assert got == {
+        a: (100.0, 3, "é\"'{}\\"),
+        b: (100.5, 4, None),
+        c: (None, None, "plain"),
+    }

@@ -88,6 +88,15 @@ PG_RUN_COLUMN_TYPES = {
 }
 
 
+def _typed(pg_type: str, values: list[Any]) -> list[Any]:
+    """``values`` as the one Python type that encodes as ``pg_type`` (None stays NULL)."""
+    if pg_type == "float8":
+        return [None if v is None else float(v) for v in values]
+    if pg_type == "integer":
+        return [None if v is None else int(v) for v in values]
+    return values  # text, and jsonb given as its JSON text
+
+
 def update_shape(item: RunUpdate) -> tuple[tuple[str, ...], tuple[tuple[str, bool], ...]]:
     """What must be equal for updates to share one statement: the columns set, and the columns
     guarded with whether each guard is IS NULL."""
@@ -157,7 +166,13 @@ def build_run_update_many(
     if pg:
         # One typed array per column: the statement's text depends only on the shape, never on
         # the number of rows, so the driver parses it once and the server can keep it prepared.
-        params = {name: [row[j] for row in table] for j, name in enumerate(names)}
+        # The arrays go in binary (run_update_many), three times cheaper to encode than text,
+        # whose quoting runs a regular expression per element; a binary array holds one type,
+        # so each column's values are coerced to its type first (an int among floats).
+        params = {
+            name: _typed(PG_RUN_COLUMN_TYPES[column], [row[j] for row in table])
+            for j, (name, column) in enumerate(zip(names, columns, strict=True))
+        }
         arrays = ", ".join(
             f":{name}::{PG_RUN_COLUMN_TYPES[column]}[]"
             for name, column in zip(names, columns, strict=True)

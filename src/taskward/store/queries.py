@@ -39,10 +39,11 @@ def parse_queries(text: str) -> dict[str, str]:
 
 
 @lru_cache(maxsize=1024)
-def to_pyformat(sql: str) -> str:
-    """``:name`` -> ``%(name)s`` for psycopg; a literal ``%`` is doubled. Cached: the guarded
-    updates are built per call but come in a handful of shapes."""
-    return _BIND.sub(r"%(\1)s", sql.replace("%", "%%"))
+def to_pyformat(sql: str, *, binary: bool = False) -> str:
+    """``:name`` -> ``%(name)s`` for psycopg (``%(name)b``, sent in binary, with ``binary``); a
+    literal ``%`` is doubled. Cached: the guarded updates are built per call but come in a
+    handful of shapes."""
+    return _BIND.sub(r"%(\1)b" if binary else r"%(\1)s", sql.replace("%", "%%"))
 
 
 @cache

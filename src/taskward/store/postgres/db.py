@@ -212,7 +212,7 @@ class _PgTx:
         sql, params = build_run_update_many(items, returning, dialect="postgresql")
         with _translate():
             try:
-                cur = await self._conn.execute(to_pyformat(sql), params)
+                cur = await self._conn.execute(to_pyformat(sql, binary=True), params)
             except pg_errors.UniqueViolation as exc:
                 if exc.diag.constraint_name == _RUNNING_KEY_INDEX:
                     raise ConcurrencyKeyBusy(str(exc)) from exc
