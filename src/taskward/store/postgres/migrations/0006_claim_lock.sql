@@ -16,7 +16,8 @@
 -- lock is a primary-key lookup per served row of the page (at most 50), and the page's own
 -- order is restored by sorting those few rows. With sorts disabled that sort costs 1e10 on
 -- paper, which turned on JIT compilation (600 ms a call): jit is off for this function.
--- 0005's function is dropped: nothing calls it any more.
+-- 0005's taskward_claim_page stays: workers of the previous version call it until they are
+-- restarted on this one (a rolling upgrade); nothing in this version does.
 CREATE FUNCTION taskward_claim_lock_page(
   p_max_attempts     integer,
   p_kinds            jsonb,
@@ -108,5 +109,3 @@ BEGIN
   END IF;
 END
 $$;
-
-DROP FUNCTION taskward_claim_page(integer, jsonb, double precision, text, bigint);
