@@ -22,6 +22,7 @@ import secrets
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Final
 
 from taskward.capabilities import (
@@ -84,6 +85,23 @@ class WorkerSpec:
     @property
     def actor(self) -> Actor:
         return Actor(type="system", id=self.worker_id)
+
+    @cached_property
+    def page_filter(self) -> dict[str, Any]:
+        """What ``run_claim_page`` filters by, as its JSON parameters: encoded once per worker,
+        not once per page (a claim pass reads one or more pages)."""
+        return {
+            "kinds": json.dumps(sorted(set(self.kinds))),
+            "targets": json.dumps(sorted(set(self.execution_targets))),
+            "capabilities": json.dumps(sorted(set(self.capabilities))),
+            "soft": _SOFT_TOKENS,
+        }
+
+    @cached_property
+    def ranked(self) -> bool:
+        """Whether affinity can reorder this worker's candidates (it advertises an affinity
+        token); without one every score is 0 and the order is the SQL's oldest-first."""
+        return any(capability_class(token) == "affinity" for token in self.capabilities)
 
     def serves(self, row: Row) -> bool:
         """Target and capability filter, applied before any claim (ADR-0071 D5)."""
@@ -174,18 +192,13 @@ async def _find(
     return candidates, cursor if more else None
 
 
-def _ranked(spec: WorkerSpec) -> bool:
-    """Whether affinity can reorder this worker's candidates (it advertises an affinity token)."""
-    return any(capability_class(token) == "affinity" for token in spec.capabilities)
-
-
 def _first_page_size(spec: WorkerSpec, limit: int) -> int:
     """Without an affinity token every score is 0 and the order is the SQL's oldest-first, so
     the first page need only hold the rows wanted plus a margin for rows a concurrent claimer
     holds (the other lane of this worker, or another worker): a pass for one free slot reads ten
     rows, not fifty. Later pages (after rows were filtered out by target or capability, or were
     held) are full size."""
-    return CLAIM_PAGE_SIZE if _ranked(spec) else min(CLAIM_PAGE_SIZE, 2 * limit + 8)
+    return CLAIM_PAGE_SIZE if spec.ranked else min(CLAIM_PAGE_SIZE, 2 * limit + 8)
 
 
 def _page_params(
@@ -198,14 +211,11 @@ def _page_params(
     return {
         "max_attempts": max_attempts,
         "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
-        "kinds": json.dumps(sorted(set(spec.kinds))),
-        "targets": json.dumps(sorted(set(spec.execution_targets))),
-        "capabilities": json.dumps(sorted(set(spec.capabilities))),
-        "soft": _SOFT_TOKENS,
+        **spec.page_filter,
         "cursor_queued_at": cursor[0],
         "cursor_id": cursor[1],
         "page_size": page_size,
-        "lock": page_size if _ranked(spec) else wanted,
+        "lock": page_size if spec.ranked else wanted,
     }
 
 
