@@ -145,8 +145,9 @@ WHERE status = 'running' AND concurrency_key IS NOT NULL;
 -- The first :lock rows of the page that this worker serves (:targets, :capabilities; :soft
 -- tokens never filter) and no other transaction holds come back locked (FOR UPDATE SKIP
 -- LOCKED, locked = true): a claim pass needs no second round trip to lock them, and two
--- claimers never pick the same rows. taskward_claim_lock_page (migration 0006) walks
--- idx_schedule_runs_claim in order whatever the planner statistics.
+-- claimers never pick the same rows. taskward_claim_lock_page (migration 0006) reads the page
+-- through taskward_claim_page (0005), which walks idx_schedule_runs_claim in order whatever the
+-- planner statistics, and locks by primary key.
 -- A NULL max_attempts reads the stored ceiling (R6) here, so a pass's first page can travel in
 -- the same round trip as claim_context.
 SELECT * FROM taskward_claim_lock_page(
