@@ -144,11 +144,13 @@ async def test_a_second_sigterm_sends_the_running_tasks_back_to_the_queue(
     for task_id in ids:
         row = await taskward.get_task(db, task_id)
         facts = await taskward.list_transitions(db, task_id)
-        assert [(f["status"], f["reason_code"]) for f in facts] == [
-            ("running", "claimed"),
-            ("retry_wait", "host_shutdown"),
-        ], task_id
-        assert row["retry_at"] <= facts[-1]["created_at"]  # due at once
+        steps = [(f["status"], f["reason_code"]) for f in facts]
+        # The retry is due at once (R10), so the host's own promoter may move it back to
+        # queued in the moment between the release and the exit: that fact is optional.
+        assert steps[:2] == [("running", "claimed"), ("retry_wait", "host_shutdown")], task_id
+        assert steps[2:] in ([], [("queued", "retry_ready")]), (task_id, steps)
+        if len(steps) == 2:
+            assert row["retry_at"] <= facts[1]["created_at"]  # due at once
     burst = await run_to_exit_async(
         fault_worker_argv(db_url, "--concurrency", str(SLOTS), "--burst"),
         process_env(),
