@@ -570,6 +570,24 @@ async def test_session_factory_is_called_once_per_valid_task(db: StateDB, tmp_pa
     assert (await taskward.get_task(db, invalid))["status_reason_code"] == "invalid_task"
 
 
+async def test_a_task_directory_is_checked_again_once_its_remembered_answer_expires(
+    db: StateDB, tmp_path: Path
+) -> None:
+    """The cwd check remembers a directory that exists for CWD_CHECK_TTL_S, never one that
+    does not: a removed directory fails the tasks that reach the host once that time passed."""
+    from taskward.host import engine_host
+
+    ttl = engine_host.CWD_CHECK_TTL_S
+    h = host(source(db), db, _ok)
+    workdir = tmp_path / "work"
+    assert not h._cwd_exists(workdir, now=1000.0)  # missing: not remembered
+    workdir.mkdir()
+    assert h._cwd_exists(workdir, now=1000.0)  # found at once, then remembered
+    workdir.rmdir()
+    assert h._cwd_exists(workdir, now=1000.0 + ttl / 2)  # within the remembered time
+    assert not h._cwd_exists(workdir, now=1000.0 + ttl * 1.5)
+
+
 async def test_the_manifest_ref_resolves_to_the_row_and_its_facts(db: StateDB) -> None:
     task_id = await submit(db)
     async with serving(host(source(db), db, _ok)) as serve:

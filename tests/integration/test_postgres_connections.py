@@ -111,3 +111,22 @@ async def test_a_transactions_notifications_go_out_with_its_commit_and_not_befor
     async with pg.transaction() as tx:
         with pytest.raises(ValueError, match="unknown channel"):
             tx.notify("queued; DROP TABLE schedule_runs")
+
+
+async def test_json_columns_read_back_as_fresh_python_values_whatever_their_text(
+    pg: StateDB,
+) -> None:
+    """The connections' own JSON loader: empty documents are new objects each time (a caller
+    may mutate what it read), and non-ASCII text and nesting survive."""
+    async with pg.connection() as conn:  # type: ignore[attr-defined]
+        cur = await conn.execute(
+            "SELECT '{}'::jsonb AS a, '{}'::jsonb AS b, '[]'::jsonb AS c, 'null'::jsonb AS d,"
+            ' \'{"k": [1, 2.5, "\u00e9\u6f22\\n"], "n": {"t": true}}\'::jsonb AS e,'
+            " '[ ]'::json AS f"
+        )
+        row = await cur.fetchone()
+    assert row["a"] == {} and row["b"] == {} and row["a"] is not row["b"]
+    row["a"]["mutated"] = True
+    assert row["b"] == {}
+    assert row["c"] == [] and row["d"] is None and row["f"] == []
+    assert row["e"] == {"k": [1, 2.5, "\u00e9\u6f22\n"], "n": {"t": True}}

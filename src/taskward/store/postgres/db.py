@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -21,6 +22,7 @@ from typing import Any, Final
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.adapt import Buffer, Loader
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed
@@ -51,6 +53,30 @@ def _commit_sql(channels: set[str]) -> bytes:
     channels come from ``signals.CHANNELS`` only (``_PgTx.notify`` refuses any other)."""
     notifies = "".join(f"NOTIFY {_CHANNEL_PREFIX}{channel}; " for channel in sorted(channels))
     return f"{notifies}COMMIT".encode()
+
+
+_EMPTY_JSON: Final[dict[bytes, Any]] = {b"{}": {}, b"[]": [], b"null": None}
+
+
+class _JsonLoader(Loader):
+    """json/jsonb text to Python, as psycopg's own loader but without its per-value detour
+    (``json.loads`` of bytes detects the encoding first) and with the empty documents most
+    rows hold (``trigger_context``, capabilities) answered without parsing. Each value is a
+    new object: callers may mutate what a row holds. The server sends UTF-8, as psycopg's own
+    loader assumes."""
+
+    def load(self, data: Buffer) -> Any:
+        raw = bytes(data)
+        if raw in _EMPTY_JSON:
+            empty = _EMPTY_JSON[raw]
+            return type(empty)() if empty is not None else None
+        return json.loads(raw.decode("utf-8"))
+
+
+async def _configure(conn: AsyncConn) -> None:
+    """Every pool connection: the JSON loaders above."""
+    conn.adapters.register_loader("jsonb", _JsonLoader)
+    conn.adapters.register_loader("json", _JsonLoader)
 
 
 # What passes by itself: retried by callers as StoreUnavailable (taskward.store.retry).
@@ -247,6 +273,7 @@ class PostgresDB:
             reconnect_timeout=reconnect_timeout_s,
             reconnect_failed=self._reconnect_failed,
             kwargs={"autocommit": True, "row_factory": dict_row},
+            configure=_configure,
         )
         self._closed = False
         # The hot connection: one pool connection kept checked out for whoever needs a
