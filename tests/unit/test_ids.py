@@ -44,3 +44,23 @@ def test_every_random_bit_of_an_id_varies() -> None:
         seen_clear |= ~v & random_mask
     assert seen_set == random_mask and seen_clear == random_mask
     assert {f"{v:032x}"[16] for v in values} == set("89ab")
+
+
+def test_a_forked_child_never_repeats_its_parents_random_bytes() -> None:
+    """Ids draw random bytes from a buffer: a fork must not hand the child the parent's."""
+    import os
+
+    new_id()  # the parent's buffer now holds unused bytes
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, then out without running the test session's exit
+        os.close(read_end)
+        os.write(write_end, " ".join(new_id() for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        child = pipe.read().split()
+    os.waitpid(pid, 0)
+    parent = [new_id() for _ in range(50)]
+    assert len(child) == 50
+    assert not {c[14:] for c in child} & {p[14:] for p in parent}  # the random digits
