@@ -246,11 +246,17 @@ async def execute_lease(
     *,
     cancellation: CancellationToken,
     lock_timeout_s: float | None = None,
+    watchdog: bool = True,
 ) -> TaskExecutionResult:
     """Run the adapter under the deadline watchdog; never raises for adapter failures.
 
     Adapter lookup happens again here, after the claim: a kind whose adapter disappeared is a
     typed failure, never a dispatch as another kind (ADR-0072 D4).
+
+    ``watchdog=False``: the caller bounds the run itself and cancels it at the deadline (the
+    resident host's own watchdog, ADR-0037 D5, which fires first: it counts from the deadline,
+    this one from the claim); the adapter then runs in the caller's task, with no task and no
+    wait of its own.
     """
     adapter = registry.get(lease.action_kind)
     if adapter is None:
@@ -270,6 +276,13 @@ async def execute_lease(
                 return await adapter.execute(task_payload(row, lease), cancellation=cancellation)
         return await adapter.execute(task_payload(row, lease), cancellation=cancellation)
 
+    if not watchdog:
+        try:
+            return await run()
+        except LockTimeout as exc:
+            return TaskExecutionResult(status="failed", retryable=True, error_detail=str(exc))
+        except Exception as exc:
+            return _adapter_raised(exc)
     job = asyncio.ensure_future(run())
     try:
         done, _ = await asyncio.wait({job}, timeout=budget)
@@ -299,8 +312,12 @@ async def execute_lease(
             await job
         raise
     except Exception as exc:
-        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return TaskExecutionResult(status="failed", error_detail=f"adapter raised: {detail}")
+        return _adapter_raised(exc)
+
+
+def _adapter_raised(exc: Exception) -> TaskExecutionResult:
+    detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return TaskExecutionResult(status="failed", error_detail=f"adapter raised: {detail}")
 
 
 async def settle_lease(

@@ -566,6 +566,63 @@ async def test_adapter_lookup_after_claim_fails_typed_when_the_kind_vanished(db:
     assert result.status == "failed" and "no adapter registered" in (result.error_detail or "")
 
 
+class _Probe:
+    """An adapter that records the task it ran in, then raises or sleeps as told."""
+
+    action_kind = "command"
+
+    def __init__(self, *, raises: bool = False, sleep_s: float = 0.0) -> None:
+        self.raises, self.sleep_s = raises, sleep_s
+        self.ran_in: asyncio.Task[object] | None = None
+
+    def validate_args(self, args: dict[str, object]) -> None:
+        return None
+
+    async def execute(
+        self, task: dict[str, object], *, cancellation: CancellationToken
+    ) -> TaskExecutionResult:
+        self.ran_in = asyncio.current_task()
+        await asyncio.sleep(self.sleep_s)
+        if self.raises:
+            raise RuntimeError("the adapter broke")
+        return TaskExecutionResult(status="completed", exit_code=0)
+
+
+@pytest.mark.parametrize("watchdog", [True, False])
+async def test_without_its_watchdog_execute_lease_runs_the_adapter_in_the_callers_task(
+    db: StateDB, watchdog: bool
+) -> None:
+    """The host bounds a run itself (ADR-0037 D5) and asks for no watchdog: the adapter then
+    runs in the caller's task, past the lease's own deadline, and a raise is still a failure."""
+    await submit(db)
+    [lease] = await claim_runs(db, spec(), now=T0)
+    row = await taskward.get_task(db, lease.task_id)
+    registry = TaskAdapterRegistry()
+    probe = _Probe()
+    registry.register(probe)
+    short = Lease(
+        lease.task_id,
+        lease.leased_by,
+        lease.attempt,
+        lease.lease_expires_at,
+        lease.claimed_at + 0.05,
+        lease.claimed_at,
+        "command",
+    )
+    probe.sleep_s = 0.2
+    result = await execute_lease(
+        registry, row, short, cancellation=CancellationToken(), watchdog=watchdog
+    )
+    assert (probe.ran_in is asyncio.current_task()) is not watchdog
+    assert result.status == ("timed_out" if watchdog else "completed")
+    broken = TaskAdapterRegistry()
+    broken.register(_Probe(raises=True))
+    result = await execute_lease(
+        broken, row, short, cancellation=CancellationToken(), watchdog=watchdog
+    )
+    assert result.status == "failed" and "the adapter broke" in (result.error_detail or "")
+
+
 async def test_legacy_execute_function_is_honoured(db: StateDB) -> None:
     ok = await submit(db, now=T0)
     bad = await submit(db, now=T0 + 1)

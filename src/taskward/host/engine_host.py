@@ -114,6 +114,9 @@ class ResidentEngineHost:
         self.on_event = on_event
         self.stats = HostStats()
         self._active: dict[asyncio.Task[None], Task] = {}
+        # Jobs inside a one-step finish (``_finish_in_one_step``): a shutdown never cancels them
+        self._finishing: set[asyncio.Task[None]] = set()
+        self._serving: asyncio.Task[Any] | None = None  # the task running ``serve``
         self._stopping = False
         self._slot_freed = asyncio.Event()
         self._stop_event = asyncio.Event()
@@ -170,6 +173,7 @@ class ResidentEngineHost:
     async def serve(self) -> None:
         """Claim and run tasks until claiming stops, then drain; cancelling this coroutine stops
         claiming and cooperatively cancels active jobs, which report a retryable failure."""
+        self._serving = asyncio.current_task()
         try:
             while not self._stopping:
                 raise_if_cancelling()
@@ -196,7 +200,8 @@ class ResidentEngineHost:
             self._shutdown = True
             jobs = list(self._active)
             for job in jobs:
-                job.cancel()
+                if job not in self._finishing:  # a finishing step runs to its end
+                    job.cancel()
             if jobs:
                 await asyncio.wait(jobs, timeout=SHUTDOWN_GRACE_S)
             raise
@@ -471,35 +476,45 @@ class ResidentEngineHost:
                 log.warning("task %s: narrative failed: %r", task.id, exc)
         return SessionSummary(facts=facts, narrative=narrative, manifest_ref=manifest_ref_for(task))
 
+    def _shutting_down(self) -> bool:
+        """A shutdown began: ``serve`` was cancelled, even if its handler has not run yet."""
+        serving = self._serving
+        return self._shutdown or (serving is not None and serving.cancelling() > 0)
+
     async def _finish_in_one_step(
         self, one_step: FinishesInOneStep, task: Task, key: str, summary: SessionSummary
     ) -> Task | None:
         """Summary, completion and the next lease for this slot in one step of the source.
 
-        Shielded like ``complete``: a cancelled job (host shutdown) lets the step finish, and a
-        task it leased meanwhile is handed back at once as a host-shutdown retry (R10), so no
+        Never interrupted, like ``complete`` (which is shielded): a shutdown does not cancel a
+        job while it is in here (``_finishing``), so the step ends as it would have, in this
+        task (no task and no shield of its own on the hot path). A task it leased while the
+        host began to shut down is handed back at once as a host-shutdown retry (R10), so no
         lease is left to expire.
         """
         if self.should_stop_claiming():
             self.stop_claiming("should_stop_claiming")
-        step = asyncio.ensure_future(
-            retry_while_unavailable(
-                lambda: one_step.complete_with_summary(
-                    task.id,
-                    task.lease_id,
-                    TaskResult(run_id=key, status="completed", summary_ref=key),
-                    summary,
-                    claim_next=self._may_claim_next,
-                ),
-                what=f"task {task.id}: finish",
-            )
-        )
+        job = asyncio.current_task()
+        if job is not None:
+            self._finishing.add(job)
         try:
-            ack, leased = await asyncio.shield(step)
-        except asyncio.CancelledError:
-            await asyncio.wait({step}, timeout=SHUTDOWN_GRACE_S)
-            if step.done() and not step.cancelled() and step.exception() is None:
-                ack, leased = step.result()
+            try:
+                ack, leased = await retry_while_unavailable(
+                    lambda: one_step.complete_with_summary(
+                        task.id,
+                        task.lease_id,
+                        TaskResult(run_id=key, status="completed", summary_ref=key),
+                        summary,
+                        claim_next=self._may_claim_next,
+                    ),
+                    what=f"task {task.id}: finish",
+                )
+            except SummaryNotWritten:
+                raise
+            except Exception as exc:
+                self._keep_error(f"task {task.id}: complete failed: {exc!r}")
+                return None
+            if self._shutting_down():  # still uninterruptible while it hands leases back
                 self._note_ack(task, ack, "completed")
                 for orphan in leased:
                     await self._report_failure(
@@ -507,12 +522,10 @@ class ResidentEngineHost:
                         session_key_for(orphan),
                         TaskFailure(code="cancelled", retryable=True, detail="host shutdown"),
                     )
-            raise
-        except SummaryNotWritten:
-            raise
-        except Exception as exc:
-            self._keep_error(f"task {task.id}: complete failed: {exc!r}")
-            return None
+                return None
+        finally:
+            if job is not None:
+                self._finishing.discard(job)
         self._note_ack(task, ack, "completed")
         self.stats.claimed += len(leased)
         for extra in leased[1:]:  # a misbehaving source must not make us exceed the bound (D3)

@@ -656,8 +656,9 @@ class AdapterRunner:
 
     async def __call__(self, task: Task, session: Any) -> dict[str, Any]:
         claim = self.source.claimed(task.id)
+        # The host's watchdog bounds the run (D5): no second one inside.
         result = await execute_lease(
-            self.registry, claim.row, claim.lease, cancellation=claim.token
+            self.registry, claim.row, claim.lease, cancellation=claim.token, watchdog=False
         )
         self.source.record_result(task.id, result)
         kind = claim.lease.action_kind
