@@ -28,3 +28,30 @@ def test_migrations_are_gap_free_and_numbered_alike() -> None:
     postgres = [(m.version, m.name) for m in load_migrations("postgres")]
     assert sqlite == postgres
     assert [v for v, _ in sqlite] == list(range(1, len(sqlite) + 1))
+
+
+def test_each_set_based_write_takes_one_array_per_parameter_of_its_one_row_statement() -> None:
+    """PostgreSQL's ``<name>_many`` statements take a binary array per column; the columns
+    are exactly the one-row statement's parameters, which SQLite's executemany binds."""
+    import re
+
+    from taskward.store.queries import many_columns
+
+    sqlite = load_queries("sqlite")
+    one_row = {
+        "fact_insert_many": "fact_insert",
+        "event_insert_many": "event_insert",
+        "outbox_enqueue_many": "outbox_enqueue",
+        "summary_write_many": "summary_write",
+        "run_insert_many_if_new": "run_insert_if_new",
+    }
+    postgres = load_queries("postgres")
+    assert {n for n in postgres if "_many" in n} == set(one_row)
+    for many, single in one_row.items():
+        columns = {name for name, _ in many_columns(many)}
+        single_params = set(re.findall(r"(?<![:\w]):([A-Za-z_]\w*)", sqlite[single])) - {"now"}
+        assert columns == single_params, many
+        assert "%(now)s" in postgres[many] and "%(now)b" not in postgres[many]
+        assert all(f"%({name})b::" in postgres[many] for name in columns)
+    with pytest.raises(KeyError):
+        many_columns("fact_insert")

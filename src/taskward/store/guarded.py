@@ -88,7 +88,7 @@ PG_RUN_COLUMN_TYPES = {
 }
 
 
-def _typed(pg_type: str, values: list[Any]) -> list[Any]:
+def typed_array(pg_type: str, values: list[Any]) -> list[Any]:
     """``values`` as the one Python type that encodes as ``pg_type`` (None stays NULL)."""
     if pg_type == "float8":
         return [None if v is None else float(v) for v in values]
@@ -170,7 +170,7 @@ def build_run_update_many(
         # whose quoting runs a regular expression per element; a binary array holds one type,
         # so each column's values are coerced to its type first (an int among floats).
         params = {
-            name: _typed(PG_RUN_COLUMN_TYPES[column], [row[j] for row in table])
+            name: typed_array(PG_RUN_COLUMN_TYPES[column], [row[j] for row in table])
             for j, (name, column) in enumerate(zip(names, columns, strict=True))
         }
         arrays = ", ".join(

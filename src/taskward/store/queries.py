@@ -46,10 +46,44 @@ def to_pyformat(sql: str, *, binary: bool = False) -> str:
     return _BIND.sub(r"%(\1)b" if binary else r"%(\1)s", sql.replace("%", "%%"))
 
 
+def _is_many(name: str) -> bool:
+    """A set-based write (``<name>_many``, ``run_insert_many_if_new``): array parameters."""
+    return "_many" in name
+
+
+@cache
+def _raw_queries(dialect: str) -> dict[str, str]:
+    text = resources.files("taskward.store").joinpath(dialect, "queries.sql").read_text("utf-8")
+    return parse_queries(text)
+
+
 @cache
 def load_queries(dialect: str) -> dict[str, str]:
-    text = resources.files("taskward.store").joinpath(dialect, "queries.sql").read_text("utf-8")
-    queries = parse_queries(text)
+    """``{name: sql}``; on PostgreSQL in psycopg's placeholders, a set-based write's sent in
+    binary (its parameters are arrays: ``many_columns``)."""
+    queries = _raw_queries(dialect)
     if dialect == "postgres":
-        return {name: to_pyformat(sql).replace("%(now)s", _PG_NOW) for name, sql in queries.items()}
+        return {
+            name: to_pyformat(sql, binary=_is_many(name))
+            .replace("%(now)b", "%(now)s")
+            .replace("%(now)s", _PG_NOW)
+            for name, sql in queries.items()
+        }
     return queries
+
+
+_ARRAY_BIND = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)::(\w+)\[\]")
+
+
+@cache
+def many_columns(name: str) -> tuple[tuple[str, str], ...]:
+    """A PostgreSQL set-based write's array parameters in order: (name, element type), read
+    from its ``:name::type[]`` casts. ``Tx.write_many`` sends column ``name`` of its rows as
+    the array ``name``."""
+    sql = _raw_queries("postgres")[name]
+    if not _is_many(name):
+        raise KeyError(f"{name!r} is not a set-based write")
+    columns = tuple((m.group(1), m.group(2)) for m in _ARRAY_BIND.finditer(sql))
+    if not columns:
+        raise ValueError(f"{name!r} takes no array parameters")
+    return columns

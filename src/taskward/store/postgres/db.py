@@ -27,13 +27,12 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed
 
-from taskward.canonical import dumps
 from taskward.errors import StoreError, StoreUnavailable
 from taskward.loops import raise_if_cancelling
-from taskward.store.guarded import build_run_update, build_run_update_many
+from taskward.store.guarded import build_run_update, build_run_update_many, typed_array
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
 from taskward.store.port import ConcurrencyKeyBusy, Params, Row, RunUpdate
-from taskward.store.queries import load_queries, to_pyformat
+from taskward.store.queries import load_queries, many_columns, to_pyformat
 from taskward.store.retry import Backoff, Streak
 from taskward.store.signals import CHANNELS, Signal, Signals
 
@@ -71,6 +70,17 @@ class _JsonLoader(Loader):
             empty = _EMPTY_JSON[raw]
             return type(empty)() if empty is not None else None
         return json.loads(raw.decode("utf-8"))
+
+
+def _columns(name: str, rows: Sequence[Params], now: float | None) -> dict[str, Any]:
+    """A set-based write's parameters: each of its columns as the list of that column's values
+    in ``rows`` (which hold exactly the one-row statement's parameters), typed for its array."""
+    params: dict[str, Any] = {
+        column: typed_array(pg_type, [row[column] for row in rows])
+        for column, pg_type in many_columns(name)
+    }
+    params["now"] = now
+    return params
 
 
 async def _configure(conn: AsyncConn) -> None:
@@ -198,15 +208,14 @@ class _PgTx:
             return [await cur.fetchall() if cur.description else [] for cur in cursors]
 
     async def write_many(self, statements: Sequence[tuple[str, Sequence[Params]]]) -> list[int]:
-        """Each statement once over its rows as a JSON array, all in one round trip."""
+        """Each statement once over its rows, a binary array per column, all in one round
+        trip (queries.sql: the set-based writes)."""
         if not any(rows for _, rows in statements):
             return [0] * len(statements)
         with _translate():
             async with self._conn.pipeline():
                 cursors = [
-                    await self._conn.execute(
-                        self._queries[name], {"rows": dumps(list(rows)), "now": self.now}
-                    )
+                    await self._conn.execute(self._queries[name], _columns(name, rows, self.now))
                     if rows
                     else None
                     for name, rows in statements
