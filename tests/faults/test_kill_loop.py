@@ -52,10 +52,19 @@ class KillLoop:
     drain_timeout_s: float
     median_slack_s: float = 1.5
     slowest_slack_s: float = 6.0
+    # Each task naps this long (0: a no-op): the short loop must still be draining when the
+    # kills come, however fast the workers are (a thousand no-ops drain before the third kill).
+    nap_s: float = 0.0
 
 
 SHORT = KillLoop(
-    tasks=1000, workers=3, concurrency=8, kill_every_s=0.5, kill_for_s=10, drain_timeout_s=90
+    tasks=1000,
+    workers=3,
+    concurrency=8,
+    kill_every_s=0.5,
+    kill_for_s=10,
+    drain_timeout_s=90,
+    nap_s=0.05,
 )
 LONG_KILLS = KillLoop(
     tasks=20_000,
@@ -85,7 +94,11 @@ async def test_sigkilled_workers_lose_nothing_and_never_claim_or_finish_twice(
 ) -> None:
     # Kills, not poison: no task may run out of attempts however often its worker dies.
     await set_max_attempts(db, 1000)
-    acknowledged = await submit_many(db, "noop", size.tasks)
+    acknowledged = (
+        await submit_many(db, "nap", size.tasks, {"seconds": size.nap_s})
+        if size.nap_s
+        else await submit_many(db, "noop", size.tasks)
+    )
     argvs = [
         fault_worker_argv(db_url, "--concurrency", str(size.concurrency))
         for _ in range(size.workers)

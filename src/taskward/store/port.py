@@ -113,7 +113,8 @@ class Tx(Protocol):
 
         How is the dialect's: SQLite runs the statement once per row (``executemany``, in
         process: the cheapest way to SQLite, no JSON to build or parse); PostgreSQL runs it once
-        over every row, passed as a JSON array ``:rows``, all the statements in one round trip.
+        over every row, each column passed as a binary array, all the statements in one round
+        trip.
         Nothing is returned but counts: a caller that needs to know which row was skipped
         reads it back (a rare path: a used key, a summary already complete).
         """
