@@ -130,3 +130,52 @@ async def test_json_columns_read_back_as_fresh_python_values_whatever_their_text
     assert row["b"] == {}
     assert row["c"] == [] and row["d"] is None and row["f"] == []
     assert row["e"] == {"k": [1, 2.5, "\u00e9\u6f22\n"], "n": {"t": True}}
+
+
+@pytest.mark.parametrize(
+    ("pg_type", "values"),
+    [
+        ("text", ["a", None, '\u00e9\u6f22 "quoted" {braces}, commas', ""]),
+        ("text", []),
+        ("text", [None, None]),
+        ("jsonb", ['{"k": [1, 2]}', None, "[]"]),
+        ("integer", [0, -1, 2**31 - 1, -(2**31), None, 3.0]),
+        ("float8", [1.5, None, 2, -0.0, 1e308, 1763000000.123456]),
+    ],
+)
+async def test_binary_arrays_built_by_taskward_read_back_exactly_as_sent(
+    pg: StateDB, pg_type: str, values: list[object]
+) -> None:
+    """store.pgarrays builds the binary array format itself; the server must read every
+    element back as sent (NULLs, non-ASCII text, empty arrays, int4 limits, floats)."""
+    from taskward.store.pgarrays import pg_array
+
+    async with pg.connection() as conn:  # type: ignore[attr-defined]
+        cur = await conn.execute(f"SELECT %b::{pg_type}[] AS a", (pg_array(pg_type, values),))
+        row = await cur.fetchone()
+    expected: list[object] = [
+        None
+        if v is None
+        else int(v)
+        if pg_type == "integer"
+        else float(v)
+        if pg_type == "float8"
+        else v
+        for v in values
+    ]
+    if pg_type == "jsonb":
+        import json
+
+        expected = [None if v is None else json.loads(str(v)) for v in values]
+    assert row["a"] == expected
+
+
+async def test_an_integer_beyond_int4_is_refused_before_it_is_sent() -> None:
+    import struct
+
+    from taskward.store.pgarrays import pg_array
+
+    with pytest.raises(struct.error):
+        pg_array("integer", [2**31])
+    with pytest.raises(ValueError, match="no binary array encoding"):
+        pg_array("bytea", [b""])

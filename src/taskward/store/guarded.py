@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from taskward.store.pgarrays import pg_array
 from taskward.store.port import (
     JSON_COLUMNS,
     RUN_GUARD_COLUMNS,
@@ -88,15 +89,6 @@ PG_RUN_COLUMN_TYPES = {
 }
 
 
-def typed_array(pg_type: str, values: list[Any]) -> list[Any]:
-    """``values`` as the one Python type that encodes as ``pg_type`` (None stays NULL)."""
-    if pg_type == "float8":
-        return [None if v is None else float(v) for v in values]
-    if pg_type == "integer":
-        return [None if v is None else int(v) for v in values]
-    return values  # text, and jsonb given as its JSON text
-
-
 def update_shape(item: RunUpdate) -> tuple[tuple[str, ...], tuple[tuple[str, bool], ...]]:
     """What must be equal for updates to share one statement: the columns set, and the columns
     guarded with whether each guard is IS NULL."""
@@ -166,11 +158,11 @@ def build_run_update_many(
     if pg:
         # One typed array per column: the statement's text depends only on the shape, never on
         # the number of rows, so the driver parses it once and the server can keep it prepared.
-        # The arrays go in binary (run_update_many), three times cheaper to encode than text,
-        # whose quoting runs a regular expression per element; a binary array holds one type,
-        # so each column's values are coerced to its type first (an int among floats).
+        # The arrays go in binary, built by pgarrays (text arrays are quoted with a regular
+        # expression per element; psycopg's own binary lists inspect each list first); a
+        # binary array holds one type, so each column's values are coerced to its type.
         params = {
-            name: typed_array(PG_RUN_COLUMN_TYPES[column], [row[j] for row in table])
+            name: pg_array(PG_RUN_COLUMN_TYPES[column], [row[j] for row in table])
             for j, (name, column) in enumerate(zip(names, columns, strict=True))
         }
         arrays = ", ".join(

@@ -22,15 +22,17 @@ from typing import Any, Final
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.adapt import Buffer, Loader
+from psycopg.adapt import Buffer, Dumper, Loader
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import Format
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 from taskward.errors import StoreError, StoreUnavailable
 from taskward.loops import raise_if_cancelling
-from taskward.store.guarded import build_run_update, build_run_update_many, typed_array
+from taskward.store.guarded import build_run_update, build_run_update_many
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
+from taskward.store.pgarrays import ARRAY_TYPES, PgArray, pg_array
 from taskward.store.port import ConcurrencyKeyBusy, Params, Row, RunUpdate
 from taskward.store.queries import load_queries, many_columns, to_pyformat
 from taskward.store.retry import Backoff, Streak
@@ -76,17 +78,34 @@ def _columns(name: str, rows: Sequence[Params], now: float | None) -> dict[str, 
     """A set-based write's parameters: each of its columns as the list of that column's values
     in ``rows`` (which hold exactly the one-row statement's parameters), typed for its array."""
     params: dict[str, Any] = {
-        column: typed_array(pg_type, [row[column] for row in rows])
+        column: pg_array(pg_type, [row[column] for row in rows])
         for column, pg_type in many_columns(name)
     }
     params["now"] = now
     return params
 
 
+class _ArrayDumper(Dumper):
+    """A ``PgArray`` as it is: already PostgreSQL's binary array (store.pgarrays)."""
+
+    format = Format.BINARY
+
+    def dump(self, obj: PgArray) -> Buffer:
+        return obj.data
+
+
+_ARRAY_DUMPERS = {
+    kind: type(f"_{kind.__name__}Dumper", (_ArrayDumper,), {"oid": kind.array_oid})
+    for kind in ARRAY_TYPES
+}
+
+
 async def _configure(conn: AsyncConn) -> None:
-    """Every pool connection: the JSON loaders above."""
+    """Every pool connection: the JSON loaders and the array dumpers above."""
     conn.adapters.register_loader("jsonb", _JsonLoader)
     conn.adapters.register_loader("json", _JsonLoader)
+    for kind, dumper in _ARRAY_DUMPERS.items():
+        conn.adapters.register_dumper(kind, dumper)
 
 
 # What passes by itself: retried by callers as StoreUnavailable (taskward.store.retry).
