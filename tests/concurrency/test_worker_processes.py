@@ -192,3 +192,21 @@ async def _exists(path: Path) -> bool:
 
 async def _status_is(db: StateDB, task_id: str, status: str) -> bool:
     return (await taskward.get_task(db, task_id))["status"] == status
+
+
+async def test_a_worker_process_runs_with_its_collector_tuned(db: StateDB, db_url: str) -> None:
+    """`taskward worker` freezes what start-up made and raises the collector's first threshold
+    (cli.common.tune_gc); the task function reports what it finds in its own process."""
+    import ast
+
+    from taskward.cli.common import GC_FIRST_THRESHOLD
+
+    task_id = await submit(db, "gc_state", {})
+    with workers([worker_argv(db_url, "--burst")]) as [proc]:
+        assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    facts = await taskward.list_transitions(db, task_id)
+    assert facts[-1]["status"] == "completed"
+    [returned] = [e["repr"] for e in facts[-1]["evidence_refs"] if e["kind"] == "return_value"]
+    state = ast.literal_eval(returned)
+    assert state["first_threshold"] == GC_FIRST_THRESHOLD
+    assert state["frozen"] > 10_000

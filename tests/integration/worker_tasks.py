@@ -60,3 +60,11 @@ async def hang_first(marker: str, seconds: float = 60.0) -> None:
 async def nap_marked(marker: str, seconds: float) -> None:
     Path(marker).write_text(str(os.getpid()))
     await asyncio.sleep(seconds)
+
+
+@taskward.task()
+async def gc_state() -> dict[str, int]:
+    """The worker process's collector settings, as its return value (cli.common.tune_gc)."""
+    import gc
+
+    return {"first_threshold": gc.get_threshold()[0], "frozen": gc.get_freeze_count()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import importlib
 import json
 import os
@@ -179,6 +180,24 @@ def template_options(fn: Any) -> Any:
     return fn
 
 
+# The cyclic garbage collector, tuned for a long-running worker process (worker, serve, up; never
+# when taskward is a library in someone else's process). With CPython's default first threshold
+# (700 container allocations) a no-op drain collected 1,700 times and ran 14 full collections of
+# every object the imports had made: 9 % of the worker's CPU. Everything alive once start-up is
+# over is frozen out of the collector's view (gc.freeze), and the first threshold is 10,000: on
+# 20,000-task PostgreSQL drains, 10 collections instead of 1,870, worker CPU 261 -> 224 us a
+# task. Reference counting still frees almost everything at once; a cycle waits a little longer.
+GC_FIRST_THRESHOLD: Final = 10_000
+
+
+def tune_gc() -> None:
+    """Freeze what start-up made and raise the collector's first threshold (see above)."""
+    gc.collect()
+    gc.freeze()
+    _, second, third = gc.get_threshold()
+    gc.set_threshold(GC_FIRST_THRESHOLD, second, third)
+
+
 def run_worker_loop(main: Coroutine[Any, Any, int], *, grace_s: float = THREAD_GRACE_S) -> int:
     """``asyncio.run(main)`` without its unbounded wait for the loop's executor threads.
 
@@ -187,8 +206,10 @@ def run_worker_loop(main: Coroutine[Any, Any, int], *, grace_s: float = THREAD_G
     exiting, since ``asyncio.run`` and the interpreter's exit both join every executor thread.
     Here the loop closes without waiting; threads still running ``grace_s`` later are abandoned
     and the process ends at once with ``main``'s exit code (every acknowledgement is committed
-    and the store closed by then; standard streams are flushed first).
+    and the store closed by then; standard streams are flushed first). The collector is tuned
+    for a long run first (``tune_gc``).
     """
+    tune_gc()
     loop = asyncio.new_event_loop()
     try:
         asyncio.set_event_loop(loop)
