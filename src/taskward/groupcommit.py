@@ -90,6 +90,11 @@ class GroupCommit:
         self.batches = 0
         self.units = 0
 
+    @property
+    def flushing(self) -> int:
+        """Batches being taken or committed right now (0: idle; the next burst starts small)."""
+        return sum(not flusher.done() for flusher in self._flushers)
+
     async def run(
         self, unit: Callable[[Tx], Awaitable[T]], *, fallback: Callable[[], Awaitable[T]]
     ) -> T:
@@ -114,11 +119,14 @@ class GroupCommit:
         self._queue.append(pending)
         # A flusher that found the queue empty is done at once (no await after that check),
         # though its discard callback has not run yet: count only those still working.
-        if sum(not flusher.done() for flusher in self._flushers) < self.lanes:
+        if self.flushing < self.lanes:
             flusher = asyncio.create_task(self._flush())
             self._flushers.add(flusher)
             flusher.add_done_callback(self._flushers.discard)
-        return await asyncio.shield(pending.future)
+        # Awaited directly, not behind a shield: a cancelled caller cancels its future, and the
+        # flusher still applies its unit (only an unanswered future is answered), so the unit
+        # commits either way, as it must once queued; the caller wakes one loop turn sooner.
+        return await pending.future
 
     async def _flush(self) -> None:
         batch: list[_Pending[Any]] = []

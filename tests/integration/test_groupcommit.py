@@ -150,7 +150,13 @@ async def test_a_burst_after_idle_starts_with_a_small_batch_and_doubles(db: Stat
         left -= expected[-1]
         size = min(16, size * 2)
     assert sizes == expected and sizes[0] == SLOW_START_BATCH < 16 and 16 in sizes
-    # Idle again: the next burst starts small again.
+    # Idle again (the flusher saw an empty queue and ended): the next burst starts small again.
+    # Right after the answers it would not be: callers that submit at once are followers.
+    for _ in range(100):
+        if not group.flushing:
+            break
+        await asyncio.sleep(0)
+    assert group.flushing == 0
     batch_of.clear()
     await asyncio.gather(*(group.run(unit, fallback=lambda: asyncio.sleep(0)) for _ in range(6)))
     assert batch_of.count(batch_of[0]) == SLOW_START_BATCH
@@ -182,3 +188,29 @@ async def test_postgresql_runs_two_batches_at_once_and_sqlite_one(db: StateDB) -
     )
     assert results == ["queued", "queued"]
     assert group.batches == 2
+
+
+async def test_a_unit_whose_caller_was_cancelled_still_commits_with_its_batch(
+    db: StateDB,
+) -> None:
+    """Once queued, a unit is applied with its batch even if its caller stopped waiting; the
+    other callers get their answers, and nothing is left unretrieved."""
+    ids = [await submit(db) for _ in range(4)]
+    group = GroupCommit(db)
+    from taskward.transitions import transition_at
+
+    calls = [
+        asyncio.ensure_future(
+            transition_at(
+                db, lambda _now, i=i: (request(i, "queued", "skipped"), {}, {}), group=group
+            )
+        )
+        for i in ids
+    ]
+    await asyncio.sleep(0)  # every unit is queued; the flusher has not taken them yet
+    calls[0].cancel()
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert isinstance(results[0], asyncio.CancelledError)
+    assert all(r.applied for r in results[1:])  # type: ignore[union-attr]
+    for task_id in ids:  # the cancelled caller's unit committed too
+        assert (await taskward.get_task(db, task_id))["status"] == "skipped"
