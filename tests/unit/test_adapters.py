@@ -650,6 +650,39 @@ async def test_cancelling_the_caller_cancels_the_function() -> None:
     await asyncio.wait_for(cancelled.wait(), 5)
 
 
+async def test_a_caller_cancelled_as_the_token_fires_is_still_cancelled() -> None:
+    """Both at once: the function is cancelled by the request and the caller by its own
+    canceller; the caller's cancellation wins (it must not be turned into a result)."""
+    token = CancellationToken()
+    started = asyncio.Event()
+
+    async def fn() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    run = asyncio.create_task(run_callable(fn, {}, token))
+    await asyncio.wait_for(started.wait(), 5)
+    token.cancel("operator asked")
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+
+class _Stop(BaseException):
+    """Not an Exception: it ends the worker, never a task's failure."""
+
+
+@pytest.mark.parametrize("suspends", [False, True])
+async def test_a_base_exception_from_the_function_propagates(suspends: bool) -> None:
+    async def fn() -> None:
+        if suspends:
+            await asyncio.sleep(0)
+        raise _Stop
+
+    with pytest.raises(_Stop):
+        await run_callable(fn, {}, CancellationToken())
+
+
 # -- launcher argv ---------------------------------------------------------------------------
 
 
