@@ -17,19 +17,13 @@ an int (as ``int()`` does), JSON columns travel as their text.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final
 
 _HEADER = struct.Struct("!iiIii")  # ndim 1, has-nulls flag, element oid, length, lower bound 1
 _EMPTY = struct.Struct("!iiI")  # ndim 0, no nulls, element oid
 _LENGTH = struct.Struct("!i")
-_INT4 = struct.Struct("!ii")  # length 4, value
-_FLOAT8 = struct.Struct("!id")  # length 8, value
 _NULL: Final = b"\xff\xff\xff\xff"  # length -1
-
-TEXT_OID: Final = 25
-INT4_OID: Final = 23
-FLOAT8_OID: Final = 701
 
 
 class PgArray:
@@ -45,32 +39,38 @@ class PgArray:
 
 class TextArray(PgArray):
     __slots__ = ()
-    element_oid = TEXT_OID
+    element_oid = 25  # text
     array_oid = 1009  # text[]
 
 
 class IntegerArray(PgArray):
     __slots__ = ()
-    element_oid = INT4_OID
+    element_oid = 23  # int4
     array_oid = 1007  # integer[]
 
 
 class Float8Array(PgArray):
     __slots__ = ()
-    element_oid = FLOAT8_OID
+    element_oid = 701  # float8
     array_oid = 1022  # float8[]
 
 
 ARRAY_TYPES: Final = (TextArray, IntegerArray, Float8Array)
 
+# Fixed-width elements: the struct packing (length, value) and the Python type coerced to.
+_FIXED: Final[dict[type[PgArray], tuple[struct.Struct, int, Callable[[Any], Any]]]] = {
+    IntegerArray: (struct.Struct("!ii"), 4, int),  # out of int4's range: struct.error
+    Float8Array: (struct.Struct("!id"), 8, float),
+}
 
-def _frame(kind: type[PgArray], parts: list[bytes], count: int, nulls: int) -> PgArray:
+
+def _framed(kind: type[PgArray], parts: list[bytes], count: int, nulls: int) -> PgArray:
     if not count:
         return kind(_EMPTY.pack(0, 0, kind.element_oid))
     return kind(_HEADER.pack(1, nulls, kind.element_oid, count, 1) + b"".join(parts))
 
 
-def text_array(values: Sequence[str | None]) -> TextArray:
+def text_array(values: Sequence[str | None]) -> PgArray:
     parts: list[bytes] = []
     append = parts.append
     pack = _LENGTH.pack
@@ -83,44 +83,33 @@ def text_array(values: Sequence[str | None]) -> TextArray:
             encoded = value.encode("utf-8")
             append(pack(len(encoded)))
             append(encoded)
-    return _frame(TextArray, parts, len(values), nulls)  # type: ignore[return-value]
+    return _framed(TextArray, parts, len(values), nulls)
 
 
-def integer_array(values: Sequence[Any]) -> IntegerArray:
-    """int4 elements; a value outside -2**31 .. 2**31-1 raises struct.error (as the column
-    would refuse it)."""
+def fixed_array(kind: type[PgArray], values: Sequence[Any]) -> PgArray:
+    """An integer (int4) or float8 array, each value coerced to the column's Python type."""
+    packing, width, coerce = _FIXED[kind]
+    pack = packing.pack
     parts: list[bytes] = []
-    pack = _INT4.pack
     nulls = 0
     for value in values:
         if value is None:
             parts.append(_NULL)
             nulls = 1
         else:
-            parts.append(pack(4, int(value)))
-    return _frame(IntegerArray, parts, len(values), nulls)  # type: ignore[return-value]
+            parts.append(pack(width, coerce(value)))
+    return _framed(kind, parts, len(values), nulls)
 
 
-def float8_array(values: Sequence[Any]) -> Float8Array:
-    parts: list[bytes] = []
-    pack = _FLOAT8.pack
-    nulls = 0
-    for value in values:
-        if value is None:
-            parts.append(_NULL)
-            nulls = 1
-        else:
-            parts.append(pack(8, float(value)))
-    return _frame(Float8Array, parts, len(values), nulls)  # type: ignore[return-value]
+_KINDS: Final = {"float8": Float8Array, "integer": IntegerArray}
 
 
 def pg_array(pg_type: str, values: Sequence[Any]) -> PgArray:
     """``values`` as the binary array a ``:param::<pg_type>[]`` cast receives. ``jsonb``
     columns travel as text (their JSON text), cast element by element by the statement."""
-    if pg_type == "float8":
-        return float8_array(values)
-    if pg_type == "integer":
-        return integer_array(values)
     if pg_type in ("text", "jsonb"):
         return text_array(values)
-    raise ValueError(f"no binary array encoding for {pg_type!r}")
+    kind = _KINDS.get(pg_type)
+    if kind is None:
+        raise ValueError(f"no binary array encoding for {pg_type!r}")
+    return fixed_array(kind, values)

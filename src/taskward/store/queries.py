@@ -39,16 +39,11 @@ def parse_queries(text: str) -> dict[str, str]:
 
 
 @lru_cache(maxsize=1024)
-def to_pyformat(sql: str, *, binary: bool = False) -> str:
-    """``:name`` -> ``%(name)s`` for psycopg (``%(name)b``, sent in binary, with ``binary``); a
-    literal ``%`` is doubled. Cached: the guarded updates are built per call but come in a
-    handful of shapes."""
-    return _BIND.sub(r"%(\1)b" if binary else r"%(\1)s", sql.replace("%", "%%"))
-
-
-def _is_many(name: str) -> bool:
-    """A set-based write (``<name>_many``, ``run_insert_many_if_new``): array parameters."""
-    return "_many" in name
+def to_pyformat(sql: str) -> str:
+    """``:name`` -> ``%(name)s`` for psycopg; a literal ``%`` is doubled. Cached: the guarded
+    updates are built per call but come in a handful of shapes. (Array parameters travel in
+    binary whatever the placeholder: ``store.pgarrays`` values have only a binary dumper.)"""
+    return _BIND.sub(r"%(\1)s", sql.replace("%", "%%"))
 
 
 @cache
@@ -59,16 +54,10 @@ def _raw_queries(dialect: str) -> dict[str, str]:
 
 @cache
 def load_queries(dialect: str) -> dict[str, str]:
-    """``{name: sql}``; on PostgreSQL in psycopg's placeholders, a set-based write's sent in
-    binary (its parameters are arrays: ``many_columns``)."""
+    """``{name: sql}``; on PostgreSQL in psycopg's placeholders."""
     queries = _raw_queries(dialect)
     if dialect == "postgres":
-        return {
-            name: to_pyformat(sql, binary=_is_many(name))
-            .replace("%(now)b", "%(now)s")
-            .replace("%(now)s", _PG_NOW)
-            for name, sql in queries.items()
-        }
+        return {name: to_pyformat(sql).replace("%(now)s", _PG_NOW) for name, sql in queries.items()}
     return queries
 
 
@@ -81,7 +70,7 @@ def many_columns(name: str) -> tuple[tuple[str, str], ...]:
     from its ``:name::type[]`` casts. ``Tx.write_many`` sends column ``name`` of its rows as
     the array ``name``."""
     sql = _raw_queries("postgres")[name]
-    if not _is_many(name):
+    if "_many" not in name:  # <name>_many, run_insert_many_if_new
         raise KeyError(f"{name!r} is not a set-based write")
     columns = tuple((m.group(1), m.group(2)) for m in _ARRAY_BIND.finditer(sql))
     if not columns:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Final
 
@@ -56,22 +56,20 @@ def _commit_sql(channels: set[str]) -> bytes:
     return f"{notifies}COMMIT".encode()
 
 
-_EMPTY_JSON: Final[dict[bytes, Any]] = {b"{}": {}, b"[]": [], b"null": None}
+# The empty documents, each read as a new object (a caller may mutate what a row holds).
+_EMPTY_JSON: Final[dict[bytes, Callable[[], Any]]] = {b"{}": dict, b"[]": list, b"null": type(None)}
 
 
 class _JsonLoader(Loader):
     """json/jsonb text to Python, as psycopg's own loader but without its per-value detour
     (``json.loads`` of bytes detects the encoding first) and with the empty documents most
-    rows hold (``trigger_context``, capabilities) answered without parsing. Each value is a
-    new object: callers may mutate what a row holds. The server sends UTF-8, as psycopg's own
-    loader assumes."""
+    rows hold (``trigger_context``, capabilities) answered without parsing. The server sends
+    UTF-8, as psycopg's own loader assumes."""
 
     def load(self, data: Buffer) -> Any:
         raw = bytes(data)
-        if raw in _EMPTY_JSON:
-            empty = _EMPTY_JSON[raw]
-            return type(empty)() if empty is not None else None
-        return json.loads(raw.decode("utf-8"))
+        empty = _EMPTY_JSON.get(raw)
+        return empty() if empty is not None else json.loads(raw.decode("utf-8"))
 
 
 def _columns(name: str, rows: Sequence[Params], now: float | None) -> dict[str, Any]:
@@ -266,7 +264,7 @@ class _PgTx:
         sql, params = build_run_update_many(items, returning, dialect="postgresql")
         with _translate():
             try:
-                cur = await self._conn.execute(to_pyformat(sql, binary=True), params)
+                cur = await self._conn.execute(to_pyformat(sql), params)
             except pg_errors.UniqueViolation as exc:
                 if exc.diag.constraint_name == _RUNNING_KEY_INDEX:
                     raise ConcurrencyKeyBusy(str(exc)) from exc

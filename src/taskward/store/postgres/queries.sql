@@ -660,8 +660,8 @@ INSERT INTO status_transitions (
 
 -- Set-based writes of a group-commit batch (transitions.apply_transitions, the summary store).
 -- Each takes one array per parameter of its one-row counterpart above (JSON columns as their
--- JSON text), row i of the batch at index i of every array, sent in binary (queries.py sends a
--- "_many" statement's parameters so, and many_columns() names them from the casts below), and
+-- JSON text), row i of the batch at index i of every array, sent in binary (store.pgarrays;
+-- queries.many_columns() names them from the casts below), and
 -- keeps that statement's per-row semantics. Times are the statement's "now", never an array.
 -- Tx.write_many runs them all in one round trip and answers how many rows each wrote, so none
 -- returns rows. Arrays, not a JSON document of the rows: submit_tasks 11-21 % faster (a
