@@ -270,19 +270,23 @@ async def execute_lease(
     tokens = serialization_tokens(row.get("required_capabilities"))
 
     async def run() -> TaskExecutionResult:
-        if tokens:
-            remaining = max(0.0, budget - (time.monotonic() - started))
-            async with machine_locks(tokens, timeout_s=lock_timeout_s or remaining):
-                return await adapter.execute(task_payload(row, lease), cancellation=cancellation)
-        return await adapter.execute(task_payload(row, lease), cancellation=cancellation)
-
-    if not watchdog:
+        """The adapter's result; a lock not had in time or an adapter's raise is a failure."""
         try:
-            return await run()
+            if tokens:
+                remaining = max(0.0, budget - (time.monotonic() - started))
+                async with machine_locks(tokens, timeout_s=lock_timeout_s or remaining):
+                    return await adapter.execute(
+                        task_payload(row, lease), cancellation=cancellation
+                    )
+            return await adapter.execute(task_payload(row, lease), cancellation=cancellation)
         except LockTimeout as exc:
             return TaskExecutionResult(status="failed", retryable=True, error_detail=str(exc))
         except Exception as exc:
-            return _adapter_raised(exc)
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            return TaskExecutionResult(status="failed", error_detail=f"adapter raised: {detail}")
+
+    if not watchdog:
+        return await run()
     job = asyncio.ensure_future(run())
     try:
         done, _ = await asyncio.wait({job}, timeout=budget)
@@ -304,20 +308,11 @@ async def execute_lease(
                 error_detail=f"deadline reached after {budget:.3f}s",
             )
         return job.result()
-    except LockTimeout as exc:
-        return TaskExecutionResult(status="failed", retryable=True, error_detail=str(exc))
     except asyncio.CancelledError:
         job.cancel()
         with contextlib.suppress(BaseException):
             await job
         raise
-    except Exception as exc:
-        return _adapter_raised(exc)
-
-
-def _adapter_raised(exc: Exception) -> TaskExecutionResult:
-    detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return TaskExecutionResult(status="failed", error_detail=f"adapter raised: {detail}")
 
 
 async def settle_lease(
