@@ -25,12 +25,15 @@ _VARIANT = "89ab"  # the hex digit that opens the variant group: 0b10 then two r
 # directly. A forked child draws a buffer of its own at once, so parent and child never share
 # bytes (os.register_at_fork below).
 RANDOM_IDS = 400
-_pool: tuple[bytes, Iterator[int]] = (b"", itertools.count(RANDOM_IDS))
+_pool: tuple[bytes, Iterator[int]]
 
 
 def _fresh_pool() -> None:
     global _pool
     _pool = (os.urandom(10 * RANDOM_IDS), itertools.count())
+
+
+_fresh_pool()
 
 
 def _random10() -> bytes:
