@@ -283,3 +283,36 @@ async def test_a_host_stopped_while_finishing_leaves_no_lease_behind(
     else:
         # A host that stopped claiming leases nothing more (D3): no attempt spent.
         assert (row["status"], row["lease_attempts"]) == ("queued", 0)
+
+
+async def test_a_host_stopped_while_completing_in_two_steps_lets_the_completion_finish(
+    db: StateDB,
+) -> None:
+    """The two-step path's acknowledgement is uninterrupted too (``_settling``): a shutdown
+    that arrives while ``complete`` is on its way waits for it, and the host counts it."""
+    task_id = await submit(db)
+    src = source(db, one_step=False)
+    entered, release = asyncio.Event(), asyncio.Event()
+    real = src.complete
+
+    async def slow_complete(*args: Any, **kwargs: Any) -> TaskAck:
+        entered.set()
+        await release.wait()
+        return await real(*args, **kwargs)
+
+    src.complete = slow_complete  # type: ignore[method-assign]
+    gate = asyncio.Event()
+    gate.set()
+    h, started = gated_host(src, db, {task_id: gate}, slots=1)
+    h.summaries = LocalSummaryStore(db)
+    assert not h.finishes_in_one_step
+    serve = asyncio.ensure_future(h.serve())
+    await asyncio.wait_for(entered.wait(), 10)
+    serve.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(serve, 15)
+    assert started == [task_id]
+    assert await statuses(db, task_id) == ["running", "completed"]
+    assert h.stats.completed == 1  # the job itself heard the acknowledgement

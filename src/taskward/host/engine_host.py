@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,8 +114,8 @@ class ResidentEngineHost:
         self.on_event = on_event
         self.stats = HostStats()
         self._active: dict[asyncio.Task[None], Task] = {}
-        # Jobs inside a one-step finish (``_finish_in_one_step``): a shutdown never cancels them
-        self._finishing: set[asyncio.Task[None]] = set()
+        # Jobs acknowledging their task (``_settling``): a shutdown never cancels them
+        self._settling_jobs: set[asyncio.Task[Any]] = set()
         self._serving: asyncio.Task[Any] | None = None  # the task running ``serve``
         self._stopping = False
         self._slot_freed = asyncio.Event()
@@ -200,7 +200,7 @@ class ResidentEngineHost:
             self._shutdown = True
             jobs = list(self._active)
             for job in jobs:
-                if job not in self._finishing:  # a finishing step runs to its end
+                if job not in self._settling_jobs:  # an acknowledgement runs to its end
                     job.cancel()
             if jobs:
                 await asyncio.wait(jobs, timeout=SHUTDOWN_GRACE_S)
@@ -428,8 +428,8 @@ class ResidentEngineHost:
             )
             return None
         try:
-            ack = await asyncio.shield(
-                retry_while_unavailable(
+            with self._settling():
+                ack = await retry_while_unavailable(
                     lambda: self.source.complete(
                         task.id,
                         task.lease_id,
@@ -437,7 +437,6 @@ class ResidentEngineHost:
                     ),
                     what=f"task {task.id}: complete",
                 )
-            )
         except Exception as exc:
             self._keep_error(f"task {task.id}: complete failed: {exc!r}")
             return None
@@ -476,6 +475,20 @@ class ResidentEngineHost:
                 log.warning("task %s: narrative failed: %r", task.id, exc)
         return SessionSummary(facts=facts, narrative=narrative, manifest_ref=manifest_ref_for(task))
 
+    @contextlib.contextmanager
+    def _settling(self) -> Iterator[None]:
+        """The current job is acknowledging its task: a shutdown lets it finish (it cancels
+        only the jobs still running tasks), so the acknowledgement is never cut in half and
+        needs no task or shield of its own."""
+        job = asyncio.current_task()
+        if job is not None:
+            self._settling_jobs.add(job)
+        try:
+            yield
+        finally:
+            if job is not None:
+                self._settling_jobs.discard(job)
+
     def _shutting_down(self) -> bool:
         """A shutdown began: ``serve`` was cancelled, even if its handler has not run yet."""
         serving = self._serving
@@ -486,18 +499,13 @@ class ResidentEngineHost:
     ) -> Task | None:
         """Summary, completion and the next lease for this slot in one step of the source.
 
-        Never interrupted, like ``complete`` (which is shielded): a shutdown does not cancel a
-        job while it is in here (``_finishing``), so the step ends as it would have, in this
-        task (no task and no shield of its own on the hot path). A task it leased while the
-        host began to shut down is handed back at once as a host-shutdown retry (R10), so no
-        lease is left to expire.
+        Never interrupted, like ``complete`` (``_settling``): the step ends as it would have. A
+        task it leased while the host began to shut down is handed back at once as a
+        host-shutdown retry (R10), so no lease is left to expire.
         """
         if self.should_stop_claiming():
             self.stop_claiming("should_stop_claiming")
-        job = asyncio.current_task()
-        if job is not None:
-            self._finishing.add(job)
-        try:
+        with self._settling():
             try:
                 ack, leased = await retry_while_unavailable(
                     lambda: one_step.complete_with_summary(
@@ -523,9 +531,6 @@ class ResidentEngineHost:
                         TaskFailure(code="cancelled", retryable=True, detail="host shutdown"),
                     )
                 return None
-        finally:
-            if job is not None:
-                self._finishing.discard(job)
         self._note_ack(task, ack, "completed")
         self.stats.claimed += len(leased)
         for extra in leased[1:]:  # a misbehaving source must not make us exceed the bound (D3)
