@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from json.encoder import encode_basestring
 from typing import Any
 
 # Encoders built once: ``json.dumps`` with options builds a new encoder on every call, and these
@@ -20,6 +22,34 @@ _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 def canonical_json(value: Any) -> str:
     """Serialise ``value`` canonically; raises ValueError/TypeError for non-JSON input."""
     return _CANONICAL.encode(value)
+
+
+def json_string(text: str) -> str:
+    """The canonical JSON of one string (as ``canonical_json(text)``, without the encoder)."""
+    return encode_basestring(text)
+
+
+def _plain(value: Any) -> bool:
+    """True when ``value`` is JSON already: str-keyed dicts, lists, str, int, finite float,
+    bool, None. Such a value encodes the same before and after ``model_dump(mode="json")``."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if kind is list:
+        return all(_plain(item) for item in value)
+    if kind is dict:
+        return all(type(key) is str and _plain(item) for key, item in value.items())
+    return False
+
+
+def plain_canonical_json(value: Any) -> str | None:
+    """``canonical_json(value)`` when ``value`` is plain JSON (``_plain``), else None: the
+    caller then serialises through its model, which converts the other types first."""
+    if not value and (type(value) is list or type(value) is dict):
+        return "[]" if type(value) is list else "{}"
+    return _CANONICAL.encode(value) if _plain(value) else None
 
 
 def text_hash(canonical: str) -> str:

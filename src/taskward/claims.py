@@ -82,8 +82,9 @@ class WorkerSpec:
     hostname: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
 
-    @property
+    @cached_property
     def actor(self) -> Actor:
+        """The worker as the actor of its claims (a frozen model: built once)."""
         return Actor(type="system", id=self.worker_id)
 
     @cached_property

@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from taskward.canonical import content_hash, dumps
+from taskward.canonical import content_hash, dumps, json_string, plain_canonical_json, text_hash
 from taskward.errors import InvalidTransition, TaskNotFound, TransitionIdempotencyConflict
 from taskward.groupcommit import GroupCommit
 from taskward.ids import new_id
 from taskward.lifecycle import ENTITY_TYPES, check_edge, check_reason_code, is_terminal
-from taskward.models import TransitionRequest, TransitionResult
+from taskward.models import Actor, StateReason, TransitionRequest, TransitionResult
 from taskward.store.guarded import update_shape
 from taskward.store.port import (
     RUN_GUARD_COLUMNS,
@@ -57,8 +57,34 @@ def _check_static(
 
 def request_hash(request: TransitionRequest) -> str:
     """Hash of the request's content (guard and patch excluded: they carry times and leases
-    that a retrying caller may recompute)."""
-    return content_hash(request.model_dump(mode="json"))
+    that a retrying caller may recompute).
+
+    The canonical JSON of ``request.model_dump(mode="json")`` is spliced here field by field
+    (keys in sorted order), as the hot path hashes every claim and every acknowledgement; a
+    reason whose evidence or metadata holds anything but plain JSON goes through the model, as
+    does a subclass with fields of its own. A unit test holds the two equal.
+    """
+    reason = request.reason
+    evidence = plain_canonical_json(reason.evidence_refs)
+    metadata = plain_canonical_json(reason.metadata) if evidence is not None else None
+    actor = request.actor
+    if (
+        metadata is None
+        or type(request) is not TransitionRequest
+        or type(reason) is not StateReason
+        or type(actor) is not Actor
+    ):
+        return content_hash(request.model_dump(mode="json"))
+    return text_hash(
+        f'{{"actor":{{"id":{json_string(actor.id)},"type":{json_string(actor.type)}}},'
+        f'"entity_id":{json_string(request.entity_id)},'
+        f'"entity_type":{json_string(request.entity_type)},'
+        f'"from_state":{json_string(request.from_state)},'
+        f'"idempotency_key":{json_string(request.idempotency_key)},'
+        f'"reason":{{"code":{json_string(reason.code)},"evidence_refs":{evidence},'
+        f'"metadata":{metadata},"summary":{json_string(reason.summary)}}},'
+        f'"to_state":{json_string(request.to_state)}}}'
+    )
 
 
 def lease_id(leased_by: str | None, lease_attempts: int | None) -> str | None:
@@ -154,14 +180,10 @@ def _writes(
         "kind": "transition",
         "transition_id": transition_id,
         "status": request.to_state,
-        "payload": dumps(
-            {
-                "from": request.from_state,
-                "to": request.to_state,
-                "reason_code": request.reason.code,
-                "actor": actor,
-            }
-        ),
+        # dumps({"from": ..., "to": ..., "reason_code": ..., "actor": ...}), spliced.
+        "payload": f'{{"from":{json_string(request.from_state)},'
+        f'"to":{json_string(request.to_state)},'
+        f'"reason_code":{json_string(request.reason.code)},"actor":{json_string(actor)}}}',
     }
     statements: list[tuple[str, dict[str, Any]]] = [("fact_insert", fact), ("event_insert", event)]
     # -- outbox (ADR-0072 D6, R12) ----------------------------------------------------------
@@ -211,7 +233,8 @@ async def _lost(
 
 
 def _applied(request: TransitionRequest, transition_id: str, event_id: str) -> TransitionResult:
-    return TransitionResult(
+    # Every value is already of its field's type (the request was validated): no validation.
+    return TransitionResult.model_construct(
         applied=True,
         previous_state=request.from_state,
         current_state=request.to_state,

@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+import json
 import math
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from taskward.canonical import canonical_json, content_hash
+from taskward import transitions
+from taskward.canonical import canonical_json, content_hash, dumps, plain_canonical_json
+from taskward.models import Actor, StateReason, TransitionRequest
+from taskward.transitions import request_hash
 
 
 def test_canonical_json_sorts_keys_and_is_compact_utf8() -> None:
@@ -20,3 +27,101 @@ def test_hash_is_sha256_prefixed_lowercase_hex_and_order_independent() -> None:
     h = content_hash({"a": 1, "b": 2})
     assert h == content_hash({"b": 2, "a": 1})
     assert h.startswith("sha256:") and len(h) == 7 + 64 and h[7:] == h[7:].lower()
+
+
+# -- request_hash: the spliced canonical text equals the model's --------------------------------
+
+_json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(),
+    st.datetimes(),  # not plain JSON: must take the model's path
+    st.tuples(st.integers()),
+)
+_json_values = st.recursive(
+    _json_leaf,
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.one_of(st.text(), st.integers()), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    entity_id=st.text(min_size=1),
+    key=st.text(min_size=1),
+    code=st.text(),
+    summary=st.text(),
+    actor_id=st.text(min_size=1),
+    evidence=st.lists(st.dictionaries(st.text(), _json_values, max_size=3), max_size=3),
+    metadata=st.dictionaries(st.text(), _json_values, max_size=3),
+)
+def test_request_hash_equals_the_hash_of_the_models_json(
+    entity_id: str,
+    key: str,
+    code: str,
+    summary: str,
+    actor_id: str,
+    evidence: list[dict[str, Any]],
+    metadata: dict[str, Any],
+) -> None:
+    request = TransitionRequest(
+        entity_id=entity_id,
+        from_state="running",
+        to_state="completed",
+        reason=StateReason(code=code, summary=summary, evidence_refs=evidence, metadata=metadata),
+        actor=Actor(type="agent", id=actor_id),
+        idempotency_key=key,
+    )
+    try:
+        expected = content_hash(request.model_dump(mode="json"))
+    except (TypeError, ValueError):  # the model's JSON itself is not canonical JSON
+        with pytest.raises((TypeError, ValueError)):
+            request_hash(request)
+        return
+    assert request_hash(request) == expected
+
+
+def test_request_hash_of_the_hot_paths_requests() -> None:
+    """The claim's and the completion's shapes (plain evidence, empty metadata) take the
+    spliced path and agree with the model's hash, non-ASCII and escapes included."""
+    request = TransitionRequest(
+        entity_id="r-é\n1",
+        from_state="queued",
+        to_state="running",
+        reason=StateReason(
+            code="claimed",
+            summary='attempt "1" \u2028',
+            evidence_refs=[{"kind": "summary", "session_key": "t:1", "n": 1.5, "ok": True}],
+        ),
+        actor=Actor(type="agent", id="worker-1"),
+        idempotency_key="claim:w:1",
+    )
+    assert request_hash(request) == content_hash(request.model_dump(mode="json"))
+    assert plain_canonical_json(request.reason.evidence_refs) is not None
+
+
+def test_transition_event_payload_is_the_compact_json_of_its_fields() -> None:
+    request = TransitionRequest(
+        entity_id="r1",
+        from_state="running",
+        to_state="failed",
+        reason=StateReason(code='adapter "x" é', summary="s"),
+        actor=Actor(type="operator", id="ops\u2028\\"),
+        idempotency_key="k",
+    )
+    statements, _ = transitions._writes(
+        request, {}, {"leased_by": None, "lease_attempts": 0}, "t1", "sha256:0"
+    )
+    [event] = [params for name, params in statements if name == "event_insert"]
+    assert event["payload"] == dumps(
+        {
+            "from": "running",
+            "to": "failed",
+            "reason_code": 'adapter "x" é',
+            "actor": "operator:ops\u2028\\",
+        }
+    )
+    assert json.loads(event["payload"])["actor"] == "operator:ops\u2028\\"
