@@ -42,8 +42,10 @@ _json_leaf = st.one_of(
 )
 _json_values = st.recursive(
     _json_leaf,
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.one_of(st.text(), st.integers()), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.one_of(st.text(), st.integers()), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 
