@@ -14,7 +14,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from taskward.adapters import build_registry
 from taskward.canonical import canonical_json, dumps
@@ -36,9 +36,10 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
-@dataclass(frozen=True)
-class AdmittedApplication:
-    """A validated, canonical application: exactly what is hashed and stored."""
+class AdmittedApplication(NamedTuple):
+    """A validated, canonical application: exactly what is hashed and stored. (A named tuple:
+    immutable, and built for every application of a bulk call at a third of a frozen
+    dataclass's cost.)"""
 
     action_kind: str
     args: dict[str, Any]
@@ -88,6 +89,8 @@ def _check_json_text(field: str, value: Any) -> None:
 
 
 def _capabilities(value: object) -> list[str]:
+    if (type(value) is list or type(value) is tuple) and not value:
+        return []  # most applications: nothing to check
     if not isinstance(value, Sequence) or isinstance(value, str | bytes):
         raise TaskValidationError("required_capabilities", value, "a list of non-empty strings")
     for token in value:
@@ -154,12 +157,15 @@ def validate_application(
         raise TaskValidationError(
             "execution_target", app.execution_target, sorted(EXECUTION_TARGETS)
         )
-    if not isinstance(app.args, Mapping) or not all(isinstance(k, str) for k in app.args):
+    raw_args = app.args
+    if not (type(raw_args) is dict or isinstance(raw_args, Mapping)) or not all(
+        isinstance(k, str) for k in raw_args
+    ):
         raise TaskValidationError(
-            "args", type(app.args).__name__, "a JSON object (a dict with string keys)"
+            "args", type(raw_args).__name__, "a JSON object (a dict with string keys)"
         )
     try:
-        args_json = canonical_json(app.args)
+        args_json = canonical_json(raw_args) if raw_args else "{}"
     except (TypeError, ValueError) as exc:
         raise TaskValidationError(
             "args",
@@ -211,7 +217,9 @@ def validate_application(
         library_content_hash=library_hash,
         idempotency_key=key,
         application_hash=application_hash,
-        concurrency_key=host_scoped_concurrency_key(_hostname(), capabilities),
+        concurrency_key=host_scoped_concurrency_key(_hostname(), capabilities)
+        if capabilities
+        else None,
     )
 
 
