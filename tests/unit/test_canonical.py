@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from taskward import transitions
 from taskward.canonical import canonical_json, content_hash, dumps, plain_canonical_json
+from taskward.host.local import summary_json
+from taskward.host.models import SessionSummary
 from taskward.models import Actor, StateReason, TransitionRequest
 from taskward.transitions import request_hash
 
@@ -127,3 +129,38 @@ def test_transition_event_payload_is_the_compact_json_of_its_fields() -> None:
         }
     )
     assert json.loads(event["payload"])["actor"] == "operator:ops\u2028\\"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    facts=st.dictionaries(st.text(), _json_values, max_size=5),
+    narrative=st.one_of(st.none(), st.text()),
+    manifest_ref=st.text(),
+)
+def test_summary_json_equals_the_canonical_json_of_the_models_dump(
+    facts: dict[str, Any], narrative: str | None, manifest_ref: str
+) -> None:
+    summary = SessionSummary(facts=facts, narrative=narrative, manifest_ref=manifest_ref)
+    try:
+        expected = canonical_json(summary.model_dump(mode="json"))
+    except (TypeError, ValueError):
+        with pytest.raises((TypeError, ValueError)):
+            summary_json(summary)
+        return
+    assert summary_json(summary) == expected
+
+
+def test_summary_json_of_the_hosts_own_summary_is_spliced_and_equal() -> None:
+    facts = {
+        "task_id": "t-é",
+        "attempt": 1,
+        "elapsed_ms": 0.125,
+        "operation_statuses": {},
+        "artifact_refs": [],
+        "usage": {"tokens": 3},
+        "degraded": False,
+        "degrade_reason": "",
+    }
+    summary = SessionSummary(facts=facts, narrative=None, manifest_ref="manifest:t")
+    assert plain_canonical_json(facts) is not None
+    assert summary_json(summary) == canonical_json(summary.model_dump(mode="json"))

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from taskward.canonical import canonical_json, text_hash
+from taskward.canonical import canonical_json, plain_canonical_json, text_hash
 from taskward.claims import CLAIM_CAP, Claimed, Lease, WorkerSpec, claim_pass, claim_rows
 from taskward.errors import StoreUnavailable, TransitionIdempotencyConflict
 from taskward.execution import (
@@ -573,6 +573,24 @@ async def _all_summaries_written(tx: Tx, params: list[dict[str, Any]]) -> bool:
     return count == len(params)
 
 
+def summary_json(summary: SessionSummary) -> str:
+    """The canonical JSON of ``summary.model_dump(mode="json")``, which the summary row stores
+    and hashes. The host's own summaries hold plain JSON facts and are encoded directly (every
+    task finishes through here); anything else goes through the model. A test holds the two
+    equal."""
+    if type(summary) is SessionSummary:
+        text = plain_canonical_json(
+            {
+                "facts": summary.facts,
+                "manifest_ref": summary.manifest_ref,
+                "narrative": summary.narrative,
+            }
+        )
+        if text is not None:
+            return text
+    return canonical_json(summary.model_dump(mode="json"))
+
+
 class LocalSummaryStore:
     """A SummaryStore over the ``task_summaries`` table (D4 semantics)."""
 
@@ -589,7 +607,7 @@ class LocalSummaryStore:
 
     def params(self, session_key: str, summary: SessionSummary) -> dict[str, Any]:
         """The ``summary_write`` parameters for ``summary`` under ``session_key``."""
-        text = canonical_json(summary.model_dump(mode="json"))
+        text = summary_json(summary)
         task_id, attempt = self._split(session_key)
         return {
             "session_key": session_key,
