@@ -320,3 +320,19 @@ def test_the_console_script_imports_task_modules_from_the_working_directory(
     unknown = taskward_script("task", "submit", "greet")  # not imported: not registered
     assert unknown.code == EXIT_BAD_INPUT
     assert "registered kinds" in unknown.stderr
+
+
+def test_the_cli_and_its_worker_start_without_the_commands_they_do_not_run() -> None:
+    """``schedule``, ``outbox``, ``bench``, ``serve`` and rich's tables load when used, not
+    with the CLI: every worker (and every one-line command) starts without them."""
+    probe = (
+        "import sys, taskward.cli.main, taskward.cli.worker_cmd\n"
+        "heavy = ['rich', 'statistics', 'taskward.benchmark', 'taskward.cli.bench_cmd',\n"
+        "         'taskward.cli.schedule_cmd', 'taskward.cli.outbox_cmd',\n"
+        "         'taskward.cli.serve_cmd', 'starlette', 'uvicorn']\n"
+        "print([name for name in heavy if name in sys.modules])\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert loaded == "[]"

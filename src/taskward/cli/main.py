@@ -23,7 +23,6 @@ from taskward import (
     submit_task,
 )
 from taskward.admission import validate_application
-from taskward.cli.bench_cmd import bench
 from taskward.cli.common import (
     CliState,
     LazyGroup,
@@ -37,8 +36,6 @@ from taskward.cli.common import (
     with_db,
 )
 from taskward.cli.errors import EXIT_OK, report
-from taskward.cli.outbox_cmd import outbox
-from taskward.cli.schedule_cmd import schedule
 from taskward.cli.worker_cmd import task_wait, worker
 from taskward.models import EXECUTION_TARGETS
 from taskward.placement import placement_reason
@@ -51,7 +48,13 @@ DEFAULT_LIST_LIMIT = 20
 
 @click.group(
     cls=LazyGroup,
-    lazy_subcommands={"serve": "taskward.cli.serve_cmd:serve", "up": "taskward.cli.serve_cmd:up"},
+    lazy_subcommands={
+        "serve": "taskward.cli.serve_cmd:serve",
+        "up": "taskward.cli.serve_cmd:up",
+        "schedule": "taskward.cli.schedule_cmd:schedule",
+        "outbox": "taskward.cli.outbox_cmd:outbox",
+        "bench": "taskward.cli.bench_cmd:bench",
+    },
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.option(
@@ -266,9 +269,6 @@ def task_cancel(state: CliState, task_id: str, key: str | None, reason: str) -> 
 
 
 cli.add_command(worker)
-cli.add_command(schedule)
-cli.add_command(outbox)
-cli.add_command(bench)
 task.add_command(task_wait)
 
 

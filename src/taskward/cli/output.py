@@ -1,7 +1,8 @@
 """Rendering for the CLI: rich tables for people, JSON for scripts. No I/O besides printing.
 
 Values from the store are shown as ``rich.text.Text`` so task args never act as console markup.
-Times are epoch seconds in the store and UTC ISO-8601 here.
+Times are epoch seconds in the store and UTC ISO-8601 here. rich is imported on the first
+table, not with the CLI: a worker, which prints lines only, starts without it.
 """
 
 from __future__ import annotations
@@ -10,19 +11,23 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Final
 
 import click
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
 # Wide enough that a listing piped to a file keeps full task ids on one line.
 _PIPE_WIDTH: Final = 200
 
 
 def _console(*, stderr: bool) -> Console:
+    from rich.console import Console
+
     console = Console(stderr=stderr, highlight=False, markup=False, emoji=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = _PIPE_WIDTH
@@ -37,12 +42,16 @@ def format_time(value: Any) -> str:
 
 
 def _cell(value: Any) -> Text:
+    from rich.text import Text
+
     if value is None or value == "":
         return Text("-", style="dim")
     return Text(str(value))
 
 
 def _value(name: str, value: Any) -> Text:
+    from rich.text import Text
+
     if value is None:
         return Text("-", style="dim")
     if isinstance(value, dict | list):
@@ -52,12 +61,24 @@ def _value(name: str, value: Any) -> Text:
     return Text(str(value))
 
 
+def _table(*, show_header: bool = True) -> Table:
+    """The CLI's table style: a simple rule under the header, no outer edge."""
+    from rich import box
+    from rich.table import Table
+
+    return Table(show_header=show_header, box=box.SIMPLE_HEAD, show_edge=False)
+
+
 class Output:
     """Where a command's results go: stdout for results, stderr for notices and errors."""
 
     def __init__(self) -> None:
         self.is_json = False
-        self.out = _console(stderr=False)
+
+    @cached_property
+    def out(self) -> Console:
+        """The console tables print to (stdout), made on first use."""
+        return _console(stderr=False)
 
     def json(self, value: Any) -> None:
         click.echo(json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False))
@@ -70,11 +91,11 @@ class Output:
 
     def task(self, row: Mapping[str, Any]) -> None:
         """One schedule_runs row as a field/value table; JSON columns pretty-printed."""
-        table = Table(show_header=False, box=box.SIMPLE_HEAD, show_edge=False)
+        table = _table(show_header=False)
         table.add_column("field", style="bold", no_wrap=True)
         table.add_column("value", overflow="fold")
         for name, value in row.items():
-            table.add_row(Text(name), _value(name, value))
+            table.add_row(_cell(name), _value(name, value))
         self.out.print(table)
 
     def tasks(self, rows: Iterable[Mapping[str, Any]], next_cursor: str | None) -> None:
@@ -83,7 +104,7 @@ class Output:
         if not rows:
             self.line("no tasks")
         else:
-            table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+            table = _table()
             table.add_column("id", no_wrap=True, min_width=36)
             for name in ("status", "kind", "target"):
                 table.add_column(name, no_wrap=True)
@@ -110,7 +131,7 @@ class Output:
         if not facts:
             self.line("no transitions yet (the task is as admitted)")
             return
-        table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+        table = _table()
         table.add_column("time", no_wrap=True)
         table.add_column("transition", no_wrap=True)
         table.add_column("reason", no_wrap=True)
@@ -121,7 +142,7 @@ class Output:
             previous = fact.get("previous_status") or "-"
             table.add_row(
                 _cell(format_time(fact.get("created_at"))),
-                Text(f"{previous} -> {fact.get('status')}"),
+                _cell(f"{previous} -> {fact.get('status')}"),
                 _cell(fact.get("reason_code")),
                 _cell(fact.get("reason_summary")),
                 _cell(fact.get("actor")),
