@@ -142,6 +142,14 @@ def _returned(returning: Sequence[str]) -> tuple[str, ...]:
     return (*returning, *(c for c in ("leased_by", "lease_attempts") if c not in returning))
 
 
+def _guarded_lease_id(guard: Mapping[str, Any]) -> str | None:
+    """The lease under which a write happens when the caller presented one (terminal writes,
+    reaper moves); None when it did not, and the fact records the row's new lease instead."""
+    if guard.get("leased_by") is not None and "lease_attempts" in guard:
+        return lease_id(guard["leased_by"], guard["lease_attempts"])
+    return None
+
+
 def _writes(
     request: TransitionRequest,
     guard: Mapping[str, Any],
@@ -168,11 +176,8 @@ def _writes(
         "idempotency_key": request.idempotency_key,
         "request_hash": digest,
         "event_id": event_id,
-        # The lease under which this write happened: the guarded one when the caller
-        # presented a lease (terminal writes, reaper moves), else the row's new lease.
-        "lease_id": lease_id(guard["leased_by"], guard["lease_attempts"])
-        if guard.get("leased_by") is not None and "lease_attempts" in guard
-        else lease_id(updated["leased_by"], updated["lease_attempts"]),
+        "lease_id": _guarded_lease_id(guard)
+        or lease_id(updated["leased_by"], updated["lease_attempts"]),
     }
     event = {
         "id": event_id,
@@ -336,6 +341,9 @@ async def apply_transitions(
                     tx, request, guard=guard, patch=patch, digest=digest, returning=returning
                 )
                 continue
+            if tx.audit_in_update:
+                await _apply_audited(tx, items, group, updates, wanted, results)
+                continue
             try:
                 rows = await tx.run_update_many([updates[i] for i in group], returning=wanted)
             except ConcurrencyKeyBusy as exc:
@@ -370,6 +378,57 @@ async def apply_transitions(
                     for fact_id in keys.keys() - {fact["id"] for fact in present}:
                         raise KeyAlreadyUsed(keys[fact_id])
     return [result for result in results if result is not None]
+
+
+def _audit(request: TransitionRequest, guard: Mapping[str, Any], digest: str) -> dict[str, Any]:
+    """What the audited compare-and-swap needs of one transition beyond the update itself
+    (``guarded.AUDIT_FIELDS``): the rows ``_writes`` would build, reduced to what the
+    compare-and-swap's own columns do not already hold."""
+    return {
+        "fact_id": new_id(),
+        "event_id": new_id(),
+        "outbox_id": new_id() if is_terminal(request.to_state) else None,
+        "entity_type": request.entity_type,
+        "source": request.actor.type,
+        "actor": request.actor.label(),
+        "metadata": dumps(request.reason.metadata),
+        "idempotency_key": request.idempotency_key,
+        "request_hash": digest,
+        "lease_id": _guarded_lease_id(guard),  # None: the statement reads the row's
+    }
+
+
+async def _apply_audited(
+    tx: Tx,
+    items: Sequence[Prepared],
+    group: list[int],
+    updates: Mapping[int, RunUpdate],
+    wanted: Sequence[str],
+    results: list[tuple[TransitionResult, Row | None] | None],
+) -> None:
+    """One group of ``apply_transitions`` where the store writes the facts, events and
+    notifications in the compare-and-swap's own statement (``Tx.audit_in_update``). The
+    semantics are the two-statement path's: a row the compare-and-swap did not change gets
+    ``_lost``'s answer and nothing written; a taken transition key raises KeyAlreadyUsed."""
+    audits = [_audit(items[i][0], items[i][1], items[i][3]) for i in group]
+    try:
+        rows = await tx.run_update_many_audited(
+            [updates[i] for i in group], audits, returning=wanted
+        )
+    except ConcurrencyKeyBusy as exc:
+        raise LostToConcurrencyKey from exc
+    by_id = {row["id"]: row for row in rows}
+    for index, audit in zip(group, audits, strict=True):
+        request, _, _, digest = items[index]
+        updated = by_id.get(request.entity_id)
+        if updated is None:
+            results[index] = (await _lost(tx, request, digest, audit["fact_id"]), None)
+            continue
+        if not updated.pop("fact_written"):
+            raise KeyAlreadyUsed(request.idempotency_key)
+        results[index] = (_applied(request, audit["fact_id"], audit["event_id"]), updated)
+        if request.to_state == "queued":
+            tx.notify("queued")
 
 
 Built = tuple[TransitionRequest, Mapping[str, Any], Mapping[str, Any]]

@@ -219,3 +219,72 @@ async def test_update_many_stores_each_columns_values_whatever_their_python_type
         b: (100.5, 4, None),
         c: (None, None, "plain"),
     }
+
+
+async def test_the_audited_statement_writes_the_rows_of_the_two_statement_path(
+    db: StateDB,
+) -> None:
+    """PostgreSQL writes a group's facts, events and notifications inside its
+    compare-and-swap's statement (``Tx.run_update_many_audited``); SQLite, and PostgreSQL
+    told not to, write them with ``write_many`` after it. Both must store the same rows:
+    claims whose lease id comes from the updated row, completions whose lease id comes from
+    the guard and which enqueue a notification, non-ASCII text, metadata and evidence."""
+    if db.dialect != "postgresql":
+        pytest.skip("SQLite has one path only (no data-modifying CTEs)")
+    from taskward.models import Actor, StateReason, TransitionRequest
+
+    def item(task_id: str, src: str, dst: str, key: str, **reason: Any) -> Prepared:
+        req = TransitionRequest(
+            entity_id=task_id,
+            from_state=src,
+            to_state=dst,
+            reason=StateReason(**reason),
+            actor=Actor(type="system", id="w-é"),
+            idempotency_key=key,
+        )
+        if src == "queued":
+            guard: dict[str, Any] = {"leased_by": None, "lease_attempts": 0}
+            patch: dict[str, Any] = {"leased_by": "w-é", "lease_attempts": 1}
+        else:
+            guard, patch = {"leased_by": "w-é", "lease_attempts": 1}, {"ended_at": 1001.0}
+        return (req, guard, patch, request_hash(req))
+
+    async def run(ids: list[str], audited: bool) -> None:
+        claim = {"code": "claimed", "summary": "attempt 1 ✓", "metadata": {"n": [1, "é"]}}
+        done = {
+            "code": "completed",
+            "summary": "",
+            "evidence_refs": [{"kind": "summary", "session_key": "s:1", "x": 1.5}],
+        }
+        for batch in (
+            [item(i, "queued", "running", "claim:w:1", **claim) for i in ids],
+            [item(i, "running", "completed", "ack:w/1", **done) for i in ids],
+        ):
+            async with db.transaction(now=1000.0) as tx:
+                tx.audit_in_update = audited  # type: ignore[misc]
+                results = await apply_transitions(tx, batch, returning=("*",))
+            assert all(r.applied for r, _ in results)
+
+    audited_ids = [await submit(db) for _ in range(4)]
+    plain_ids = [await submit(db) for _ in range(4)]
+    await run(audited_ids, True)
+    await run(plain_ids, False)
+
+    async def rows(table: str, key: str, ids: list[str]) -> list[tuple[Any, ...]]:
+        async with db.connection() as conn:  # type: ignore[attr-defined]
+            cur = await conn.execute(f"SELECT * FROM {table} WHERE {key} = ANY(%s)", (ids,))
+            found = await cur.fetchall()
+        skip = {"id", "seq", key, "transition_id", "event_id", "request_hash", "dedup_key"}
+        return sorted(
+            tuple((name, repr(value)) for name, value in sorted(row.items()) if name not in skip)
+            for row in found
+        )
+
+    for table, key in (
+        ("status_transitions", "entity_id"),
+        ("task_events", "task_id"),
+        ("dispatch_outbox", "schedule_run_id"),
+    ):
+        audited, plain = await rows(table, key, audited_ids), await rows(table, key, plain_ids)
+        assert len(audited) == {"dispatch_outbox": 4}.get(table, 8)
+        assert audited == plain, table

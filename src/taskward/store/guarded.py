@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from taskward.store.pgarrays import pg_array
 from taskward.store.port import (
@@ -109,6 +109,93 @@ def _sqlite_values(names: tuple[str, ...], count: int) -> tuple[str, tuple[str, 
     return "VALUES " + ", ".join(rows), keys
 
 
+_Shape = tuple[tuple[str, ...], tuple[tuple[str, bool], ...]]
+
+
+def _many_table(
+    items: Sequence[RunUpdate], returning: Sequence[str]
+) -> tuple[*_Shape, list[str], list[str], list[tuple[Any, ...]]]:
+    """The checked shape of a multi-row compare-and-swap: its value columns, its guard shape,
+    the parameter names and run columns of its table, and the table (one tuple per item)."""
+    if not items:
+        raise ValueError("no updates")
+    shape = update_shape(items[0])
+    value_columns, guard_shape = shape
+    settable = RUN_PATCH_COLUMNS | RUN_PROJECTION_COLUMNS
+    bad = sorted(set(value_columns) - settable)
+    bad += sorted({c for c, _ in guard_shape} - RUN_GUARD_COLUMNS)
+    bad += sorted(set(returning) - _RETURNABLE - {"*"})
+    if bad:
+        raise ValueError(f"columns outside the run allowlist: {', '.join(bad)}")
+    compared = [column for column, is_null in guard_shape if not is_null]
+    names = ["g_id", "g_status", *(f"g_{c}" for c in compared), *(f"v_{c}" for c in value_columns)]
+    columns = ["id", "status", *compared, *value_columns]
+    seen: set[str] = set()
+    for item in items:
+        if update_shape(item) != shape:
+            raise ValueError("updates of different shapes cannot share a statement")
+        if item[0] in seen:
+            raise ValueError(f"run {item[0]!r} appears twice in one batch")
+        seen.add(item[0])
+    # One tuple per item, in the order of ``names``.
+    table = [
+        (
+            run_id,
+            from_state,
+            *[guard[column] for column in compared],
+            *[values[column] for column in value_columns],
+        )
+        for run_id, from_state, values, guard in items
+    ]
+    return value_columns, guard_shape, names, columns, table
+
+
+def _update_sql(
+    source: str,
+    names: Sequence[str],
+    value_columns: Sequence[str],
+    guard_shape: Sequence[tuple[str, bool]],
+    listed: str,
+) -> str:
+    sets = ", ".join(f"{column} = v.v_{column}" for column in value_columns)
+    where = ["schedule_runs.id = v.g_id", "schedule_runs.status = v.g_status"]
+    for column, is_null in guard_shape:
+        where.append(
+            f"schedule_runs.{column} IS NULL"
+            if is_null
+            else f"schedule_runs.{column} = v.g_{column}"
+        )
+    return (
+        f"WITH v({', '.join(names)}) AS ({source}) "
+        f"UPDATE schedule_runs SET {sets} FROM v WHERE {' AND '.join(where)} "
+        f"RETURNING {listed}"
+    )
+
+
+def _listed(returning: Sequence[str], *, pg: bool) -> str:
+    if "*" in returning:
+        # PostgreSQL's bare * would add v's columns; SQLite returns only the target's anyway.
+        return "schedule_runs.*" if pg else "*"
+    return ", ".join(f"schedule_runs.{c}" for c in dict.fromkeys(("id", *returning)))
+
+
+def _pg_arrays(
+    names: Sequence[str], types: Sequence[str], table: Sequence[Sequence[Any]]
+) -> tuple[str, dict[str, Any]]:
+    """``SELECT * FROM unnest(...)`` over one typed binary array per column, and its
+    parameters. The statement's text depends only on the shape, never on the number of rows,
+    so the driver parses it once and the server can keep it prepared. The arrays go in binary,
+    built by pgarrays (text arrays are quoted with a regular expression per element; psycopg's
+    own binary lists inspect each list first); a binary array holds one type, so each column's
+    values are coerced to its type."""
+    params = {
+        name: pg_array(pg_type, [row[j] for row in table])
+        for j, (name, pg_type) in enumerate(zip(names, types, strict=True))
+    }
+    arrays = ", ".join(f":{name}::{pg_type}[]" for name, pg_type in zip(names, types, strict=True))
+    return f"SELECT * FROM unnest({arrays}) AS u({', '.join(names)})", params
+
+
 def build_run_update_many(
     items: Sequence[RunUpdate],
     returning: Sequence[str],
@@ -122,73 +209,122 @@ def build_run_update_many(
     row cannot share a statement: only one of them would apply). The updated rows come back in
     no particular order; callers match them by ``id``, which is always returned.
     """
-    if not items:
-        raise ValueError("no updates")
-    shape = update_shape(items[0])
-    value_columns, guard_shape = shape
-    settable = RUN_PATCH_COLUMNS | RUN_PROJECTION_COLUMNS
-    bad = sorted(set(value_columns) - settable)
-    bad += sorted({c for c, _ in guard_shape} - RUN_GUARD_COLUMNS)
-    bad += sorted(set(returning) - _RETURNABLE - {"*"})
-    if bad:
-        raise ValueError(f"columns outside the run allowlist: {', '.join(bad)}")
-    compared = [column for column, is_null in guard_shape if not is_null]
+    value_columns, guard_shape, names, columns, table = _many_table(items, returning)
     pg = dialect == "postgresql"
-    names = ["g_id", "g_status", *(f"g_{c}" for c in compared), *(f"v_{c}" for c in value_columns)]
-    columns = ["id", "status", *compared, *value_columns]
-    seen: set[str] = set()
-    for item in items:
-        if update_shape(item) != shape:
-            raise ValueError("updates of different shapes cannot share a statement")
-        if item[0] in seen:
-            raise ValueError(f"run {item[0]!r} appears twice in one batch")
-        seen.add(item[0])
-
-    # One tuple per item, in the order of ``names``.
-    table = [
-        (
-            run_id,
-            from_state,
-            *[guard[column] for column in compared],
-            *[values[column] for column in value_columns],
-        )
-        for run_id, from_state, values, guard in items
-    ]
     params: dict[str, Any]
     if pg:
-        # One typed array per column: the statement's text depends only on the shape, never on
-        # the number of rows, so the driver parses it once and the server can keep it prepared.
-        # The arrays go in binary, built by pgarrays (text arrays are quoted with a regular
-        # expression per element; psycopg's own binary lists inspect each list first); a
-        # binary array holds one type, so each column's values are coerced to its type.
-        params = {
-            name: pg_array(PG_RUN_COLUMN_TYPES[column], [row[j] for row in table])
-            for j, (name, column) in enumerate(zip(names, columns, strict=True))
-        }
-        arrays = ", ".join(
-            f":{name}::{PG_RUN_COLUMN_TYPES[column]}[]"
-            for name, column in zip(names, columns, strict=True)
-        )
-        source = f"SELECT * FROM unnest({arrays}) AS u({', '.join(names)})"
+        source, params = _pg_arrays(names, [PG_RUN_COLUMN_TYPES[c] for c in columns], table)
     else:
         source, keys = _sqlite_values(tuple(names), len(table))
         params = dict(zip(keys, (cell for row in table for cell in row), strict=True))
-    sets = ", ".join(f"{column} = v.v_{column}" for column in value_columns)
-    where = ["schedule_runs.id = v.g_id", "schedule_runs.status = v.g_status"]
-    for column, is_null in guard_shape:
-        where.append(
-            f"schedule_runs.{column} IS NULL"
-            if is_null
-            else f"schedule_runs.{column} = v.g_{column}"
-        )
-    if "*" in returning:
-        # PostgreSQL's bare * would add v's columns; SQLite returns only the target's anyway.
-        listed = "schedule_runs.*" if pg else "*"
-    else:
-        listed = ", ".join(f"schedule_runs.{c}" for c in dict.fromkeys(("id", *returning)))
-    sql = (
-        f"WITH v({', '.join(names)}) AS ({source}) "
-        f"UPDATE schedule_runs SET {sets} FROM v WHERE {' AND '.join(where)} "
-        f"RETURNING {listed}"
-    )
+    sql = _update_sql(source, names, value_columns, guard_shape, _listed(returning, pg=pg))
+    return sql, params
+
+
+# -- the audited form (PostgreSQL) --------------------------------------------------------------
+
+AUDIT_FIELDS: Final = (
+    "fact_id",
+    "event_id",
+    "outbox_id",
+    "entity_type",
+    "source",
+    "actor",
+    "metadata",
+    "idempotency_key",
+    "request_hash",
+    "lease_id",
+)
+"""What ``build_run_update_many_audited`` needs of each transition beyond its compare-and-swap:
+the new rows' ids (``outbox_id`` None: no notification), the fact's own fields, and the lease id
+when the guard names it (None: the updated row's ``leased_by/lease_attempts``)."""
+
+_AUDITED_VALUES: Final = (
+    "status",
+    "updated_at",
+    "status_reason_code",
+    "status_reason_summary",
+    "status_evidence_refs",
+)
+
+# For every row the compare-and-swap (``updated``) changed: its fact, its event and, where the
+# transition is terminal, its notification, each exactly the row ``transitions._writes`` builds
+# for the one-row path (a test compares them column by column). The fact's previous and new
+# status and its reason are the compare-and-swap's own columns (the projection it writes is the
+# request's); the event's payload and the notification's body are built here as jsonb, the
+# type they are stored as, so key order cannot differ. The notification's defaults are
+# ``outbox_enqueue``'s (max_attempts 10, ttl 7 days; a test checks). A taken transition key
+# inserts no fact and ``fact_written`` says so; the caller then rolls the transaction back.
+_PG_AUDIT_TAIL: Final = """, fact AS (
+  INSERT INTO status_transitions (
+    id, entity_type, entity_id, previous_status, status, reason_code, reason_summary,
+    evidence_refs, source, actor, created_at, metadata, idempotency_key, request_hash,
+    event_id, lease_id
+  )
+  SELECT v.a_fact_id, v.a_entity_type, updated.id, v.g_status, v.v_status,
+         v.v_status_reason_code, v.v_status_reason_summary, v.v_status_evidence_refs,
+         v.a_source, v.a_actor, :now::float8, v.a_metadata::jsonb, v.a_idempotency_key,
+         v.a_request_hash, v.a_event_id,
+         COALESCE(v.a_lease_id,
+                  updated.leased_by || '/' || COALESCE(updated.lease_attempts, 0)::text)
+  FROM updated JOIN v ON v.g_id = updated.id
+  ON CONFLICT (entity_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+  RETURNING entity_id
+), event AS (
+  INSERT INTO task_events (id, task_id, kind, transition_id, status, payload, created_at)
+  SELECT v.a_event_id, updated.id, 'transition', v.a_fact_id, v.v_status,
+         jsonb_build_object('from', v.g_status, 'to', v.v_status,
+                            'reason_code', v.v_status_reason_code, 'actor', v.a_actor),
+         :now::float8
+  FROM updated JOIN v ON v.g_id = updated.id
+), notification AS (
+  INSERT INTO dispatch_outbox (
+    id, kind, dedup_key, schedule_run_id, transition_id, body, status, attempts, max_attempts,
+    next_attempt_at, created_at, updated_at, expires_at
+  )
+  SELECT v.a_outbox_id, 'task_terminal', 'task-terminal:' || v.a_fact_id, updated.id,
+         v.a_fact_id,
+         jsonb_build_object('status', v.v_status,
+                            'reason', jsonb_build_object('code', v.v_status_reason_code,
+                                                         'summary', v.v_status_reason_summary),
+                            'evidence_refs', v.v_status_evidence_refs),
+         'pending', 0, 10, :now::float8, :now::float8, :now::float8, :now::float8 + 604800.0
+  FROM updated JOIN v ON v.g_id = updated.id
+  WHERE v.a_outbox_id IS NOT NULL
+  ON CONFLICT (dedup_key) DO NOTHING
+)
+SELECT updated.*, EXISTS (SELECT 1 FROM fact WHERE fact.entity_id = updated.id) AS fact_written
+FROM updated"""
+
+
+def build_run_update_many_audited(
+    items: Sequence[RunUpdate],
+    audits: Sequence[Mapping[str, Any]],
+    returning: Sequence[str],
+    *,
+    now: float,
+) -> tuple[str, dict[str, Any]]:
+    """``build_run_update_many`` (PostgreSQL) whose statement also writes, for every row it
+    changes, the row's fact, event and notification (``_PG_AUDIT_TAIL``); ``audits[i]`` holds
+    ``AUDIT_FIELDS`` for ``items[i]``. ``returning`` must name ``leased_by`` and
+    ``lease_attempts`` (or ``*``): a fact without a guard-given lease id takes the row's."""
+    if len(audits) != len(items):
+        raise ValueError("one audit per update")
+    if "*" not in returning and not {"leased_by", "lease_attempts"} <= set(returning):
+        raise ValueError("an audited update returns leased_by and lease_attempts")
+    value_columns, guard_shape, names, columns, table = _many_table(items, returning)
+    missing = sorted(set(_AUDITED_VALUES) - set(value_columns))
+    if missing:
+        raise ValueError(f"an audited update sets the projection; missing: {', '.join(missing)}")
+    types = [PG_RUN_COLUMN_TYPES[c] for c in columns] + ["text"] * len(AUDIT_FIELDS)
+    names = [*names, *(f"a_{field}" for field in AUDIT_FIELDS)]
+    rows = [
+        (*row, *(audit[field] for field in AUDIT_FIELDS))
+        for row, audit in zip(table, audits, strict=True)
+    ]
+    source, params = _pg_arrays(names, types, rows)
+    params["now"] = now
+    update = _update_sql(source, names, value_columns, guard_shape, _listed(returning, pg=True))
+    head, _, rest = update.partition(" UPDATE schedule_runs ")
+    sql = f"{head}, updated AS (UPDATE schedule_runs {rest}){_PG_AUDIT_TAIL}"
     return sql, params

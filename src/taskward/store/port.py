@@ -145,6 +145,26 @@ class Tx(Protocol):
         """
         ...
 
+    audit_in_update: bool
+    """Whether ``run_update_many_audited`` is available: PostgreSQL writes a group's facts,
+    events and notifications in its compare-and-swap's statement; SQLite has no data-modifying
+    CTEs, and ``transitions`` writes them with ``write_many`` after ``run_update_many``."""
+
+    async def run_update_many_audited(
+        self,
+        items: Sequence[RunUpdate],
+        audits: Sequence[Mapping[str, Any]],
+        returning: Sequence[str] = (),
+    ) -> list[Row]:
+        """``run_update_many``, and in the same statement, for every row it changed, that
+        row's fact, event and (where ``outbox_id`` is set) notification, built from the
+        compare-and-swap's own columns and the row's entry of ``audits``
+        (``guarded.AUDIT_FIELDS``). Each returned row carries ``fact_written``: False when its
+        transition key was taken (the fact inserted nothing; the caller rolls back).
+        Only where ``audit_in_update`` is true.
+        """
+        ...
+
     def notify(self, channel: str) -> None:
         """Wake idle workers on ``channel`` ("queued", "cancel") once this transaction commits."""
         ...

@@ -30,7 +30,11 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 from taskward.errors import StoreError, StoreUnavailable
 from taskward.loops import raise_if_cancelling
-from taskward.store.guarded import build_run_update, build_run_update_many
+from taskward.store.guarded import (
+    build_run_update,
+    build_run_update_many,
+    build_run_update_many_audited,
+)
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
 from taskward.store.pgarrays import ARRAY_TYPES, PgArray, pg_array
 from taskward.store.port import ConcurrencyKeyBusy, Params, Row, RunUpdate
@@ -172,6 +176,10 @@ def _translate() -> Iterator[None]:
 
 
 class _PgTx:
+    # A group's facts, events and notifications travel in its compare-and-swap's statement
+    # (data-modifying CTEs): one statement and one round trip instead of four and two.
+    audit_in_update = True
+
     def __init__(self, conn: AsyncConn, now: float) -> None:
         self._conn = conn
         self._queries = load_queries("postgres")
@@ -274,6 +282,22 @@ class _PgTx:
         self, items: Sequence[RunUpdate], returning: Sequence[str] = ()
     ) -> list[Row]:
         sql, params = build_run_update_many(items, returning, dialect="postgresql")
+        with _translate():
+            try:
+                cur = await self._conn.execute(to_pyformat(sql), params)
+            except pg_errors.UniqueViolation as exc:
+                if exc.diag.constraint_name == _RUNNING_KEY_INDEX:
+                    raise ConcurrencyKeyBusy(str(exc)) from exc
+                raise
+            return await cur.fetchall()
+
+    async def run_update_many_audited(
+        self,
+        items: Sequence[RunUpdate],
+        audits: Sequence[Mapping[str, Any]],
+        returning: Sequence[str] = (),
+    ) -> list[Row]:
+        sql, params = build_run_update_many_audited(items, audits, returning, now=self.now)
         with _translate():
             try:
                 cur = await self._conn.execute(to_pyformat(sql), params)
