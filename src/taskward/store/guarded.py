@@ -188,12 +188,15 @@ def _pg_arrays(
     built by pgarrays (text arrays are quoted with a regular expression per element; psycopg's
     own binary lists inspect each list first); a binary array holds one type, so each column's
     values are coerced to its type."""
+    if len(names) != len(types):
+        raise ValueError("one type per column")
+    # Parameters are named by position (c0, c1, ...): the CTE's column list, v(...), names the
+    # columns, and the short names keep the statement under psycopg's 4,096-byte parse cache.
     params = {
-        name: pg_array(pg_type, [row[j] for row in table])
-        for j, (name, pg_type) in enumerate(zip(names, types, strict=True))
+        f"c{j}": pg_array(pg_type, [row[j] for row in table]) for j, pg_type in enumerate(types)
     }
-    arrays = ", ".join(f":{name}::{pg_type}[]" for name, pg_type in zip(names, types, strict=True))
-    return f"SELECT * FROM unnest({arrays}) AS u({', '.join(names)})", params
+    arrays = ", ".join(f":c{j}::{pg_type}[]" for j, pg_type in enumerate(types))
+    return f"SELECT * FROM unnest({arrays})", params
 
 
 def build_run_update_many(
@@ -247,54 +250,56 @@ _AUDITED_VALUES: Final = (
     "status_evidence_refs",
 )
 
-# For every row the compare-and-swap (``updated``) changed: its fact, its event and, where the
-# transition is terminal, its notification, each exactly the row ``transitions._writes`` builds
-# for the one-row path (a test compares them column by column). The fact's previous and new
-# status and its reason are the compare-and-swap's own columns (the projection it writes is the
-# request's); the event's payload and the notification's body are built here as jsonb, the
-# type they are stored as, so key order cannot differ. The notification's defaults are
-# ``outbox_enqueue``'s (max_attempts 10, ttl 7 days; a test checks). A taken transition key
-# inserts no fact and ``fact_written`` says so; the caller then rolls the transaction back.
-_PG_AUDIT_TAIL: Final = """, fact AS (
+# For every row the compare-and-swap (``u``) changed, joined once to its arrays (``w``): its
+# fact, its event and, where the transition is terminal, its notification, each exactly the row
+# ``transitions._writes`` builds for the one-row path (a test compares them column by column).
+# The fact's previous and new status and its reason are the compare-and-swap's own columns (the
+# projection it writes is the request's); the event's payload and the notification's body are
+# built here as jsonb, the type they are stored as, so key order cannot differ. The
+# notification's defaults are ``outbox_enqueue``'s (max_attempts 10, ttl 7 days; the
+# comparison test checks). A taken transition key inserts no fact and ``fact_written`` says so;
+# the caller then rolls the transaction back.
+_PG_AUDIT_TAIL_TEXT: Final = """, w AS (
+  SELECT * FROM u JOIN v ON v.g_id = u.id
+), fact AS (
   INSERT INTO status_transitions (
     id, entity_type, entity_id, previous_status, status, reason_code, reason_summary,
     evidence_refs, source, actor, created_at, metadata, idempotency_key, request_hash,
     event_id, lease_id
   )
-  SELECT v.a_fact_id, v.a_entity_type, updated.id, v.g_status, v.v_status,
-         v.v_status_reason_code, v.v_status_reason_summary, v.v_status_evidence_refs,
-         v.a_source, v.a_actor, :now::float8, v.a_metadata::jsonb, v.a_idempotency_key,
-         v.a_request_hash, v.a_event_id,
-         COALESCE(v.a_lease_id,
-                  updated.leased_by || '/' || COALESCE(updated.lease_attempts, 0)::text)
-  FROM updated JOIN v ON v.g_id = updated.id
+  SELECT a_fact_id, a_entity_type, id, g_status, v_status, v_status_reason_code,
+         v_status_reason_summary, v_status_evidence_refs, a_source, a_actor, :now::float8,
+         a_metadata::jsonb, a_idempotency_key, a_request_hash, a_event_id,
+         COALESCE(a_lease_id, leased_by || '/' || COALESCE(lease_attempts, 0)::text)
+  FROM w
   ON CONFLICT (entity_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
   RETURNING entity_id
 ), event AS (
   INSERT INTO task_events (id, task_id, kind, transition_id, status, payload, created_at)
-  SELECT v.a_event_id, updated.id, 'transition', v.a_fact_id, v.v_status,
-         jsonb_build_object('from', v.g_status, 'to', v.v_status,
-                            'reason_code', v.v_status_reason_code, 'actor', v.a_actor),
+  SELECT a_event_id, id, 'transition', a_fact_id, v_status,
+         jsonb_build_object('from', g_status, 'to', v_status,
+                            'reason_code', v_status_reason_code, 'actor', a_actor),
          :now::float8
-  FROM updated JOIN v ON v.g_id = updated.id
+  FROM w
 ), notification AS (
   INSERT INTO dispatch_outbox (
     id, kind, dedup_key, schedule_run_id, transition_id, body, status, attempts, max_attempts,
     next_attempt_at, created_at, updated_at, expires_at
   )
-  SELECT v.a_outbox_id, 'task_terminal', 'task-terminal:' || v.a_fact_id, updated.id,
-         v.a_fact_id,
-         jsonb_build_object('status', v.v_status,
-                            'reason', jsonb_build_object('code', v.v_status_reason_code,
-                                                         'summary', v.v_status_reason_summary),
-                            'evidence_refs', v.v_status_evidence_refs),
-         'pending', 0, 10, :now::float8, :now::float8, :now::float8, :now::float8 + 604800.0
-  FROM updated JOIN v ON v.g_id = updated.id
-  WHERE v.a_outbox_id IS NOT NULL
+  SELECT a_outbox_id, 'task_terminal', 'task-terminal:' || a_fact_id, id, a_fact_id,
+         jsonb_build_object('status', v_status,
+                            'reason', jsonb_build_object('code', v_status_reason_code,
+                                                         'summary', v_status_reason_summary),
+                            'evidence_refs', v_status_evidence_refs),
+         'pending', 0, 10, n.now, n.now, n.now, n.now + 604800.0
+  FROM w, (SELECT :now::float8 AS now) n
+  WHERE a_outbox_id IS NOT NULL
   ON CONFLICT (dedup_key) DO NOTHING
 )
-SELECT updated.*, EXISTS (SELECT 1 FROM fact WHERE fact.entity_id = updated.id) AS fact_written
-FROM updated"""
+SELECT u.*, EXISTS (SELECT 1 FROM fact WHERE fact.entity_id = u.id) AS fact_written FROM u"""
+# Whitespace collapsed (no literal above holds any): psycopg caches the parse of a statement of
+# at most 4,096 bytes only, and parsed the laid-out text again on every execution.
+_PG_AUDIT_TAIL: Final = " ".join(_PG_AUDIT_TAIL_TEXT.split())
 
 
 def build_run_update_many_audited(
@@ -326,5 +331,5 @@ def build_run_update_many_audited(
     params["now"] = now
     update = _update_sql(source, names, value_columns, guard_shape, _listed(returning, pg=True))
     head, _, rest = update.partition(" UPDATE schedule_runs ")
-    sql = f"{head}, updated AS (UPDATE schedule_runs {rest}){_PG_AUDIT_TAIL}"
+    sql = f"{head}, u AS (UPDATE schedule_runs {rest}){_PG_AUDIT_TAIL}"
     return sql, params
