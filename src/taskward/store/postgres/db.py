@@ -269,27 +269,14 @@ class _PgTx:
     ) -> Row | None:
         sql, params = build_run_update(values, guard, returning, json_cast="::jsonb")
         params.update(g_id=run_id, g_status=from_state)
-        with _translate():
-            try:
-                cur = await self._conn.execute(to_pyformat(sql), params)
-            except pg_errors.UniqueViolation as exc:
-                if exc.diag.constraint_name == _RUNNING_KEY_INDEX:
-                    raise ConcurrencyKeyBusy(str(exc)) from exc
-                raise
-            return await cur.fetchone()
+        rows = await self._compare_and_swap(sql, params)
+        return rows[0] if rows else None
 
     async def run_update_many(
         self, items: Sequence[RunUpdate], returning: Sequence[str] = ()
     ) -> list[Row]:
         sql, params = build_run_update_many(items, returning, dialect="postgresql")
-        with _translate():
-            try:
-                cur = await self._conn.execute(to_pyformat(sql), params)
-            except pg_errors.UniqueViolation as exc:
-                if exc.diag.constraint_name == _RUNNING_KEY_INDEX:
-                    raise ConcurrencyKeyBusy(str(exc)) from exc
-                raise
-            return await cur.fetchall()
+        return await self._compare_and_swap(sql, params)
 
     async def run_update_many_audited(
         self,
@@ -298,6 +285,11 @@ class _PgTx:
         returning: Sequence[str] = (),
     ) -> list[Row]:
         sql, params = build_run_update_many_audited(items, audits, returning, now=self.now)
+        return await self._compare_and_swap(sql, params)
+
+    async def _compare_and_swap(self, sql: str, params: dict[str, Any]) -> list[Row]:
+        """A guarded update's rows; a second running row of a serialization key (the unique
+        index refuses it) is ConcurrencyKeyBusy (R7)."""
         with _translate():
             try:
                 cur = await self._conn.execute(to_pyformat(sql), params)
