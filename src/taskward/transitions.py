@@ -27,6 +27,7 @@ from taskward.store.guarded import update_shape
 from taskward.store.port import (
     RUN_GUARD_COLUMNS,
     RUN_PATCH_COLUMNS,
+    AuditingTx,
     ConcurrencyKeyBusy,
     Row,
     RunUpdate,
@@ -341,8 +342,9 @@ async def apply_transitions(
                     tx, request, guard=guard, patch=patch, digest=digest, returning=returning
                 )
                 continue
-            if tx.audit_in_update:
-                await _apply_audited(tx, items, group, updates, wanted, results)
+            auditing = tx.auditing()
+            if auditing is not None:
+                await _apply_audited(auditing, items, group, updates, wanted, results)
                 continue
             try:
                 rows = await tx.run_update_many([updates[i] for i in group], returning=wanted)
@@ -399,7 +401,7 @@ def _audit(request: TransitionRequest, guard: Mapping[str, Any], digest: str) ->
 
 
 async def _apply_audited(
-    tx: Tx,
+    tx: AuditingTx,
     items: Sequence[Prepared],
     group: list[int],
     updates: Mapping[int, RunUpdate],
@@ -407,7 +409,7 @@ async def _apply_audited(
     results: list[tuple[TransitionResult, Row | None] | None],
 ) -> None:
     """One group of ``apply_transitions`` where the store writes the facts, events and
-    notifications in the compare-and-swap's own statement (``Tx.audit_in_update``). The
+    notifications in the compare-and-swap's own statement (``Tx.auditing``). The
     semantics are the two-statement path's: a row the compare-and-swap did not change gets
     ``_lost``'s answer and nothing written; a taken transition key raises KeyAlreadyUsed."""
     audits = [_audit(items[i][0], items[i][1], items[i][3]) for i in group]

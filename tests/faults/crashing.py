@@ -217,6 +217,9 @@ class _RecordingTx:
             self._recording.add(name, {"rows": list(rows)}, count)
         return counts
 
+    def auditing(self) -> _RecordingTx | None:
+        return self if self._tx.auditing() is not None else None
+
     async def run_update_many_audited(
         self, items: Sequence[Any], audits: Sequence[Mapping[str, Any]], returning: Any = ()
     ) -> Any:

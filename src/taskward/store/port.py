@@ -145,10 +145,24 @@ class Tx(Protocol):
         """
         ...
 
-    audit_in_update: bool
-    """Whether ``run_update_many_audited`` is available: PostgreSQL writes a group's facts,
-    events and notifications in its compare-and-swap's statement; SQLite has no data-modifying
-    CTEs, and ``transitions`` writes them with ``write_many`` after ``run_update_many``."""
+    def auditing(self) -> AuditingTx | None:
+        """This transaction as an ``AuditingTx`` where its store can write a group's facts,
+        events and notifications inside the group's compare-and-swap (PostgreSQL: data-modifying
+        CTEs); None where it cannot (SQLite), and ``transitions`` writes them with
+        ``write_many`` after ``run_update_many``."""
+        ...
+
+    def notify(self, channel: str) -> None:
+        """Wake idle workers on ``channel`` ("queued", "cancel") once this transaction commits."""
+        ...
+
+    def savepoint(self) -> AbstractAsyncContextManager[None]:
+        """A nested scope: an exception inside rolls back only the scope's writes."""
+        ...
+
+
+class AuditingTx(Tx, Protocol):
+    """A ``Tx`` whose store writes a group's audit rows inside its compare-and-swap."""
 
     async def run_update_many_audited(
         self,
@@ -161,16 +175,7 @@ class Tx(Protocol):
         compare-and-swap's own columns and the row's entry of ``audits``
         (``guarded.AUDIT_FIELDS``). Each returned row carries ``fact_written``: False when its
         transition key was taken (the fact inserted nothing; the caller rolls back).
-        Only where ``audit_in_update`` is true.
         """
-        ...
-
-    def notify(self, channel: str) -> None:
-        """Wake idle workers on ``channel`` ("queued", "cancel") once this transaction commits."""
-        ...
-
-    def savepoint(self) -> AbstractAsyncContextManager[None]:
-        """A nested scope: an exception inside rolls back only the scope's writes."""
         ...
 
 

@@ -176,10 +176,6 @@ def _translate() -> Iterator[None]:
 
 
 class _PgTx:
-    # A group's facts, events and notifications travel in its compare-and-swap's statement
-    # (data-modifying CTEs): one statement and one round trip instead of four and two.
-    audit_in_update = True
-
     def __init__(self, conn: AsyncConn, now: float) -> None:
         self._conn = conn
         self._queries = load_queries("postgres")
@@ -277,6 +273,11 @@ class _PgTx:
     ) -> list[Row]:
         sql, params = build_run_update_many(items, returning, dialect="postgresql")
         return await self._compare_and_swap(sql, params)
+
+    def auditing(self) -> _PgTx:
+        """A group's facts, events and notifications travel in its compare-and-swap's statement
+        (data-modifying CTEs): one statement and one round trip instead of four and two."""
+        return self
 
     async def run_update_many_audited(
         self,

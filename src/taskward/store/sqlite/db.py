@@ -110,10 +110,6 @@ def _translate(path: str) -> Iterator[None]:
 
 
 class _SQLiteTx:
-    # SQLite has no data-modifying CTEs: transitions writes a group's facts, events and
-    # notifications with write_many (executemany, in process) after run_update_many.
-    audit_in_update = False
-
     def __init__(self, conn: sqlite3.Connection, now: float, path: str = "") -> None:
         self._conn = conn
         self._path = path
@@ -211,13 +207,10 @@ class _SQLiteTx:
             raise translate_error(exc, self._path) from exc
         return row
 
-    async def run_update_many_audited(
-        self,
-        items: Sequence[RunUpdate],
-        audits: Sequence[Mapping[str, Any]],
-        returning: Sequence[str] = (),
-    ) -> list[Row]:
-        raise NotImplementedError("SQLite has no data-modifying CTEs (audit_in_update is False)")
+    def auditing(self) -> None:
+        """SQLite has no data-modifying CTEs: transitions writes a group's facts, events and
+        notifications with write_many (executemany, in process) after run_update_many."""
+        return None
 
     async def run_update_many(
         self, items: Sequence[RunUpdate], returning: Sequence[str] = ()
