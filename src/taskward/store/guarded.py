@@ -89,7 +89,11 @@ PG_RUN_COLUMN_TYPES = {
 }
 
 
-def update_shape(item: RunUpdate) -> tuple[tuple[str, ...], tuple[tuple[str, bool], ...]]:
+Shape = tuple[tuple[str, ...], tuple[tuple[str, bool], ...]]
+"""``update_shape``: the columns set, and each guarded column with whether it is IS NULL."""
+
+
+def update_shape(item: RunUpdate) -> Shape:
     """What must be equal for updates to share one statement: the columns set, and the columns
     guarded with whether each guard is IS NULL."""
     _, _, values, guard = item
@@ -109,14 +113,10 @@ def _sqlite_values(names: tuple[str, ...], count: int) -> tuple[str, tuple[str, 
     return "VALUES " + ", ".join(rows), keys
 
 
-_Shape = tuple[tuple[str, ...], tuple[tuple[str, bool], ...]]
-
-
-def _many_table(
-    items: Sequence[RunUpdate], returning: Sequence[str]
-) -> tuple[*_Shape, list[str], list[str], list[tuple[Any, ...]]]:
-    """The checked shape of a multi-row compare-and-swap: its value columns, its guard shape,
-    the parameter names and run columns of its table, and the table (one tuple per item)."""
+def _checked_shape(items: Sequence[RunUpdate], returning: Sequence[str]) -> Shape:
+    """The one shape of ``items``, checked: columns inside the allowlists, every item of that
+    shape, no run twice (two updates of one row cannot share a statement: only one of them
+    would apply)."""
     if not items:
         raise ValueError("no updates")
     shape = update_shape(items[0])
@@ -127,9 +127,6 @@ def _many_table(
     bad += sorted(set(returning) - _RETURNABLE - {"*"})
     if bad:
         raise ValueError(f"columns outside the run allowlist: {', '.join(bad)}")
-    compared = [column for column, is_null in guard_shape if not is_null]
-    names = ["g_id", "g_status", *(f"g_{c}" for c in compared), *(f"v_{c}" for c in value_columns)]
-    columns = ["id", "status", *compared, *value_columns]
     seen: set[str] = set()
     for item in items:
         if update_shape(item) != shape:
@@ -137,26 +134,33 @@ def _many_table(
         if item[0] in seen:
             raise ValueError(f"run {item[0]!r} appears twice in one batch")
         seen.add(item[0])
-    # One tuple per item, in the order of ``names``.
-    table = [
-        (
-            run_id,
-            from_state,
-            *[guard[column] for column in compared],
-            *[values[column] for column in value_columns],
-        )
+    return shape
+
+
+def _compared(shape: Shape) -> list[str]:
+    return [column for column, is_null in shape[1] if not is_null]
+
+
+@lru_cache(maxsize=64)
+def _columns(shape: Shape) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The statement's per-row values: their names in ``v`` and the run columns they are of."""
+    compared = _compared(shape)
+    names = ("g_id", "g_status", *(f"g_{c}" for c in compared), *(f"v_{c}" for c in shape[0]))
+    return names, ("id", "status", *compared, *shape[0])
+
+
+def _table(items: Sequence[RunUpdate], shape: Shape) -> list[tuple[Any, ...]]:
+    """One tuple per item, in the order of ``_columns(shape)``."""
+    compared = _compared(shape)
+    return [
+        (run_id, from_state, *[guard[c] for c in compared], *[values[c] for c in shape[0]])
         for run_id, from_state, values, guard in items
     ]
-    return value_columns, guard_shape, names, columns, table
 
 
-def _update_sql(
-    source: str,
-    names: Sequence[str],
-    value_columns: Sequence[str],
-    guard_shape: Sequence[tuple[str, bool]],
-    listed: str,
-) -> str:
+def _update_clause(shape: Shape, returning: tuple[str, ...], *, pg: bool) -> str:
+    """``UPDATE ... FROM v WHERE <id, status, each guard> RETURNING ...``."""
+    value_columns, guard_shape = shape
     sets = ", ".join(f"{column} = v.v_{column}" for column in value_columns)
     where = ["schedule_runs.id = v.g_id", "schedule_runs.status = v.g_status"]
     for column, is_null in guard_shape:
@@ -165,38 +169,42 @@ def _update_sql(
             if is_null
             else f"schedule_runs.{column} = v.g_{column}"
         )
-    return (
-        f"WITH v({', '.join(names)}) AS ({source}) "
-        f"UPDATE schedule_runs SET {sets} FROM v WHERE {' AND '.join(where)} "
-        f"RETURNING {listed}"
-    )
-
-
-def _listed(returning: Sequence[str], *, pg: bool) -> str:
     if "*" in returning:
         # PostgreSQL's bare * would add v's columns; SQLite returns only the target's anyway.
-        return "schedule_runs.*" if pg else "*"
-    return ", ".join(f"schedule_runs.{c}" for c in dict.fromkeys(("id", *returning)))
+        listed = "schedule_runs.*" if pg else "*"
+    else:
+        listed = ", ".join(f"schedule_runs.{c}" for c in dict.fromkeys(("id", *returning)))
+    return f"UPDATE schedule_runs SET {sets} FROM v WHERE {' AND '.join(where)} RETURNING {listed}"
 
 
-def _pg_arrays(
-    names: Sequence[str], types: Sequence[str], table: Sequence[Sequence[Any]]
-) -> tuple[str, dict[str, Any]]:
-    """``SELECT * FROM unnest(...)`` over one typed binary array per column, and its
-    parameters. The statement's text depends only on the shape, never on the number of rows,
-    so the driver parses it once and the server can keep it prepared. The arrays go in binary,
-    built by pgarrays (text arrays are quoted with a regular expression per element; psycopg's
-    own binary lists inspect each list first); a binary array holds one type, so each column's
-    values are coerced to its type."""
-    if len(names) != len(types):
-        raise ValueError("one type per column")
-    # Parameters are named by position (c0, c1, ...): the CTE's column list, v(...), names the
-    # columns, and the short names keep the statement under psycopg's 4,096-byte parse cache.
-    params = {
-        f"c{j}": pg_array(pg_type, [row[j] for row in table]) for j, pg_type in enumerate(types)
-    }
+@lru_cache(maxsize=64)
+def _pg_statement(shape: Shape, returning: tuple[str, ...], audited: bool) -> str:
+    """The PostgreSQL statement of a shape, built once: one typed array per column, so its text
+    never depends on the number of rows (the driver parses it once, the server keeps it
+    prepared). Parameters are named by position (c0, c1, ...; ``v(...)`` names the columns),
+    short enough to keep even the audited statement under psycopg's 4,096-byte parse cache."""
+    names, columns = _columns(shape)
+    types = [PG_RUN_COLUMN_TYPES[column] for column in columns]
+    if audited:
+        names = (*names, *(f"a_{field}" for field in AUDIT_FIELDS))
+        types += ["text"] * len(AUDIT_FIELDS)
     arrays = ", ".join(f":c{j}::{pg_type}[]" for j, pg_type in enumerate(types))
-    return f"SELECT * FROM unnest({arrays})", params
+    head = f"WITH v({', '.join(names)}) AS (SELECT * FROM unnest({arrays}))"
+    update = _update_clause(shape, returning, pg=True)
+    if audited:
+        return f"{head}, u AS ({update}){_PG_AUDIT_TAIL}"
+    return f"{head} {update}"
+
+
+def _pg_params(shape: Shape, table: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
+    """Each column of ``table`` as the binary array of its type (``store.pgarrays``: built here
+    at a third to a half of psycopg's generic list dumper; a binary array holds one type, so
+    each column's values are coerced to it)."""
+    _, columns = _columns(shape)
+    return {
+        f"c{j}": pg_array(PG_RUN_COLUMN_TYPES[column], [row[j] for row in table])
+        for j, column in enumerate(columns)
+    }
 
 
 def build_run_update_many(
@@ -208,20 +216,18 @@ def build_run_update_many(
     """One statement holding one guarded compare-and-swap per item (each row is matched on its
     own id, status and guard values, exactly as ``build_run_update`` would match it alone).
 
-    Every item must have the same ``update_shape`` and a distinct run id (two updates of one
-    row cannot share a statement: only one of them would apply). The updated rows come back in
-    no particular order; callers match them by ``id``, which is always returned.
+    Every item must have the same ``update_shape`` and a distinct run id. The updated rows come
+    back in no particular order; callers match them by ``id``, which is always returned.
     """
-    value_columns, guard_shape, names, columns, table = _many_table(items, returning)
-    pg = dialect == "postgresql"
-    params: dict[str, Any]
-    if pg:
-        source, params = _pg_arrays(names, [PG_RUN_COLUMN_TYPES[c] for c in columns], table)
-    else:
-        source, keys = _sqlite_values(tuple(names), len(table))
-        params = dict(zip(keys, (cell for row in table for cell in row), strict=True))
-    sql = _update_sql(source, names, value_columns, guard_shape, _listed(returning, pg=pg))
-    return sql, params
+    shape = _checked_shape(items, returning)
+    table = _table(items, shape)
+    if dialect == "postgresql":
+        return _pg_statement(shape, tuple(returning), False), _pg_params(shape, table)
+    names, _ = _columns(shape)
+    source, keys = _sqlite_values(names, len(table))
+    params = dict(zip(keys, (cell for row in table for cell in row), strict=True))
+    update = _update_clause(shape, tuple(returning), pg=False)
+    return f"WITH v({', '.join(names)}) AS ({source}) {update}", params
 
 
 # -- the audited form (PostgreSQL) --------------------------------------------------------------
@@ -317,19 +323,13 @@ def build_run_update_many_audited(
         raise ValueError("one audit per update")
     if "*" not in returning and not {"leased_by", "lease_attempts"} <= set(returning):
         raise ValueError("an audited update returns leased_by and lease_attempts")
-    value_columns, guard_shape, names, columns, table = _many_table(items, returning)
-    missing = sorted(set(_AUDITED_VALUES) - set(value_columns))
+    shape = _checked_shape(items, returning)
+    missing = sorted(set(_AUDITED_VALUES) - set(shape[0]))
     if missing:
         raise ValueError(f"an audited update sets the projection; missing: {', '.join(missing)}")
-    types = [PG_RUN_COLUMN_TYPES[c] for c in columns] + ["text"] * len(AUDIT_FIELDS)
-    names = [*names, *(f"a_{field}" for field in AUDIT_FIELDS)]
-    rows = [
-        (*row, *(audit[field] for field in AUDIT_FIELDS))
-        for row, audit in zip(table, audits, strict=True)
-    ]
-    source, params = _pg_arrays(names, types, rows)
+    params = _pg_params(shape, _table(items, shape))
+    first = len(params)
+    for k, field in enumerate(AUDIT_FIELDS):
+        params[f"c{first + k}"] = pg_array("text", [audit[field] for audit in audits])
     params["now"] = now
-    update = _update_sql(source, names, value_columns, guard_shape, _listed(returning, pg=True))
-    head, _, rest = update.partition(" UPDATE schedule_runs ")
-    sql = f"{head}, u AS (UPDATE schedule_runs {rest}){_PG_AUDIT_TAIL}"
-    return sql, params
+    return _pg_statement(shape, tuple(returning), True), params
