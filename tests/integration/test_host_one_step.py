@@ -240,6 +240,20 @@ async def test_a_host_whose_summary_store_is_another_finishes_in_two_steps(
     assert not h.finishes_in_one_step
 
 
+async def shut_down_while_acknowledging(
+    h: ResidentEngineHost, entered: asyncio.Event, release: asyncio.Event
+) -> None:
+    """Serve ``h``, cancel it (a shutdown) once an acknowledgement has ``entered``, then
+    ``release`` the acknowledgement; serving ends cancelled after it."""
+    serve = asyncio.ensure_future(h.serve())
+    await asyncio.wait_for(entered.wait(), 10)
+    serve.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(serve, 15)
+
+
 @pytest.mark.parametrize("committed", [False, True], ids=["before-commit", "after-commit"])
 async def test_a_host_stopped_while_finishing_leaves_no_lease_behind(
     db: StateDB, committed: bool
@@ -265,13 +279,7 @@ async def test_a_host_stopped_while_finishing_leaves_no_lease_behind(
     gates = {first_id: asyncio.Event(), second_id: asyncio.Event()}
     gates[first_id].set()
     h, started = gated_host(src, db, gates, slots=1)
-    serve = asyncio.ensure_future(h.serve())
-    await asyncio.wait_for(entered.wait(), 10)
-    serve.cancel()
-    await asyncio.sleep(0)
-    release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(serve, 15)
+    await shut_down_while_acknowledging(h, entered, release)
     assert started == [first_id]
     assert await statuses(db, first_id) == ["running", "completed"]
     row = await taskward.get_task(db, second_id)
@@ -306,13 +314,7 @@ async def test_a_host_stopped_while_completing_in_two_steps_lets_the_completion_
     h, started = gated_host(src, db, {task_id: gate}, slots=1)
     h.summaries = LocalSummaryStore(db)
     assert not h.finishes_in_one_step
-    serve = asyncio.ensure_future(h.serve())
-    await asyncio.wait_for(entered.wait(), 10)
-    serve.cancel()
-    await asyncio.sleep(0)
-    release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(serve, 15)
+    await shut_down_while_acknowledging(h, entered, release)
     assert started == [task_id]
     assert await statuses(db, task_id) == ["running", "completed"]
     assert h.stats.completed == 1  # the job itself heard the acknowledgement
