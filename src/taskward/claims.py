@@ -22,7 +22,7 @@ import secrets
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, Final
 
 from taskward.capabilities import (
@@ -34,11 +34,13 @@ from taskward.capabilities import (
 from taskward.groupcommit import GroupCommit
 from taskward.models import Actor, StateReason, TransitionRequest
 from taskward.settings import DEFAULT_MAX_ATTEMPTS
-from taskward.store.port import Row, StateDB, Tx
+from taskward.store.port import AuditingTx, Row, StateDB, Tx
 from taskward.transitions import (
     LostToConcurrencyKey,
+    apply_claims,
     apply_transition,
     apply_transitions,
+    claim_template,
     lease_id,
     request_hash,
 )
@@ -97,6 +99,12 @@ class WorkerSpec:
             "capabilities": json.dumps(sorted(set(self.capabilities))),
             "soft": _SOFT_TOKENS,
         }
+
+    @cached_property
+    def claim_template(self) -> dict[str, Any] | None:
+        """This worker's claim transition for ``transitions.apply_claims`` (None: the paged
+        pass claims): built once."""
+        return claim_template(partial(_claim_transition, self))
 
     @cached_property
     def ranked(self) -> bool:
@@ -220,23 +228,30 @@ def _page_params(
     }
 
 
-def _claim_request(
-    spec: WorkerSpec, row: Row, *, now: float
-) -> tuple[TransitionRequest, dict[str, Any], dict[str, Any], Lease]:
-    """The guarded ``queued -> running`` transition for ``row`` and the lease it would grant."""
-    timeout_s = row.get("timeout_s")
-    timeout = float(timeout_s) if timeout_s else spec.default_timeout_s
-    deadline_at = now + timeout
-    expires_at = max(now + spec.lease_ttl, deadline_at + spec.lease_slack_s)
-    attempt = int(row["lease_attempts"]) + 1
-    request = TransitionRequest(
-        entity_id=row["id"],
+def _claim_transition(spec: WorkerSpec, entity_id: str, attempt: int | str) -> TransitionRequest:
+    """The ``queued -> running`` request of ``spec``'s claim of a run at ``attempt`` (the
+    one-statement pass builds it once, with markers: ``transitions.claim_template``)."""
+    return TransitionRequest(
+        entity_id=entity_id,
         from_state="queued",
         to_state="running",
         reason=StateReason(code="claimed", summary=f"attempt {attempt}"),
         actor=spec.actor,
         idempotency_key=f"claim:{spec.worker_id}:{attempt}",
     )
+
+
+def _claim_request(
+    spec: WorkerSpec, row: Row, *, now: float
+) -> tuple[TransitionRequest, dict[str, Any], dict[str, Any], Lease]:
+    """The guarded ``queued -> running`` transition for ``row`` and the lease it would grant."""
+    # R5. run_claim_batch (PostgreSQL's one-statement pass) computes the same in SQL.
+    timeout_s = row.get("timeout_s")
+    timeout = float(timeout_s) if timeout_s else spec.default_timeout_s
+    deadline_at = now + timeout
+    expires_at = max(now + spec.lease_ttl, deadline_at + spec.lease_slack_s)
+    attempt = int(row["lease_attempts"]) + 1
+    request = _claim_transition(spec, row["id"], attempt)
     guard = {
         "leased_by": None,
         "lease_attempts": row["lease_attempts"],
@@ -368,10 +383,74 @@ def _contended(got: Sequence[Claimed], candidates: Sequence[Row], wanted: int) -
 
 async def claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
     """One claim pass of at most ``limit`` (<= 20) inside an open transaction: its own, a group
-    commit's, or the one that completes the tasks whose slots it fills (LocalTaskSource)."""
+    commit's, or the one that completes the tasks whose slots it fills (LocalTaskSource).
+
+    On PostgreSQL a worker without affinity ranking claims its first page's rows in one
+    statement (``_claim_in_one_statement``); the paged pass below takes over for what that
+    leaves: rows behind a serialization key, rows past a page that concurrent claimers held.
+    """
     limit = min(limit, CLAIM_CAP)
     if limit <= 0:
         return []
+    auditing = tx.auditing()
+    template = spec.claim_template if auditing is not None and not spec.ranked else None
+    if auditing is None or template is None:
+        return await _claim_paged(tx, spec, limit)
+    claimed, more = await _claim_in_one_statement(auditing, template, spec, limit)
+    if len(claimed) < limit and more:
+        claimed += await _claim_paged(tx, spec, limit - len(claimed))
+    return claimed
+
+
+async def _claim_in_one_statement(
+    tx: AuditingTx, template: dict[str, Any], spec: WorkerSpec, limit: int
+) -> tuple[list[Claimed], bool]:
+    """The first page's served rows, claimed in page order in one statement
+    (``transitions.apply_claims``), and whether the paged pass may find more: a locked row
+    with a serialization key stopped it (R7: those are claimed one by one), or the page was
+    full (rows beyond it, or rows in it another claimer held)."""
+    page_size = _first_page_size(spec, limit)
+    batch = await apply_claims(
+        tx,
+        template,
+        {
+            "worker_id": spec.worker_id,
+            "heartbeat_ttl": spec.heartbeat_ttl,
+            "now": tx.now,
+            **spec.page_filter,
+            "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
+            "page_size": page_size,
+            "lock": limit,
+            "default_timeout_s": spec.default_timeout_s,
+            "lease_ttl": spec.lease_ttl,
+            "lease_slack_s": spec.lease_slack_s,
+        },
+        limit=limit,
+    )
+    if batch.stale:
+        return [], False  # a known worker with a stale heartbeat claims nothing (ADR-0071 D4)
+    claimed = [
+        Claimed(
+            lease=Lease(
+                task_id=row["id"],
+                leased_by=spec.worker_id,
+                attempt=row["lease_attempts"],
+                lease_expires_at=row["lease_expires_at"],
+                deadline_at=row["deadline_at"],
+                claimed_at=tx.now,
+                action_kind=row["action_kind"],
+                concurrency_key=row["concurrency_key"],
+            ),
+            row=row,
+        )
+        for row in batch.rows
+    ]
+    return claimed, batch.keyed or batch.page_rows >= page_size
+
+
+async def _claim_paged(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
+    """The paged pass: candidates page by page (affinity-ranked, serialization keys one by
+    one), then their claims set-based (``_claim_in``)."""
     # The context and the first page in one round trip: the page reads the stored ceiling
     # itself, the same value the context reports (R6).
     [context], first_page = await tx.fetchall_batch(

@@ -15,7 +15,7 @@ task event commit in one transaction, or none of them do.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final, NamedTuple
 
 from taskward.canonical import content_hash, dumps, json_string, plain_canonical_json, text_hash
 from taskward.errors import InvalidTransition, TaskNotFound, TransitionIdempotencyConflict
@@ -61,10 +61,19 @@ def request_hash(request: TransitionRequest) -> str:
     that a retrying caller may recompute).
 
     The canonical JSON of ``request.model_dump(mode="json")`` is spliced here field by field
-    (keys in sorted order), as the hot path hashes every claim and every acknowledgement; a
+    (``_request_text``), as the hot path hashes every claim and every acknowledgement; a
     reason whose evidence or metadata holds anything but plain JSON goes through the model, as
     does a subclass with fields of its own. A unit test holds the two equal.
     """
+    text = _request_text(request)
+    if text is None:
+        return content_hash(request.model_dump(mode="json"))
+    return text_hash(text)
+
+
+def _request_text(request: TransitionRequest) -> str | None:
+    """The canonical JSON of ``request`` spliced from its fields (keys in sorted order); None
+    when only the model can say (see ``request_hash``)."""
     reason = request.reason
     evidence = plain_canonical_json(reason.evidence_refs)
     metadata = plain_canonical_json(reason.metadata) if evidence is not None else None
@@ -75,8 +84,8 @@ def request_hash(request: TransitionRequest) -> str:
         or type(reason) is not StateReason
         or type(actor) is not Actor
     ):
-        return content_hash(request.model_dump(mode="json"))
-    return text_hash(
+        return None
+    return (
         f'{{"actor":{{"id":{json_string(actor.id)},"type":{json_string(actor.type)}}},'
         f'"entity_id":{json_string(request.entity_id)},'
         f'"entity_type":{json_string(request.entity_type)},'
@@ -431,6 +440,99 @@ async def _apply_audited(
         results[index] = (_applied(request, audit["fact_id"], audit["event_id"]), updated)
         if request.to_state == "queued":
             tx.notify("queued")
+
+
+# -- the claim edge, set-based in the store (PostgreSQL) -----------------------------------------
+
+_ENTITY_MARK: Final = "@entity@"
+_ATTEMPT_MARK: Final = "@attempt@"
+
+
+def claim_template(request_for: Callable[[str, str], TransitionRequest]) -> dict[str, Any] | None:
+    """What ``AuditingTx.claim_queued`` needs to write a claim's transition without a request
+    per row: ``request_for(entity_id, attempt)`` (the claim's request, as the paged pass builds
+    it) is built once with markers, and its fact's fields and its canonical request text are cut
+    around them, so the store splices each row's id and attempt into the very text
+    ``request_hash`` would hash. None when the request cannot be cut that way (a reason the
+    model must encode, a marker met twice, not the ``queued -> running`` edge): the caller then
+    claims through ``apply_transitions``."""
+    request = request_for(_ENTITY_MARK, _ATTEMPT_MARK)
+    if (request.from_state, request.to_state) != ("queued", "running"):
+        return None
+    _check_static(request, {}, {})
+    text = _request_text(request)
+    if text is None:
+        return None
+    head, found, rest = text.partition(json_string(_ENTITY_MARK))
+    hashed = rest.split(_ATTEMPT_MARK)
+    key = request.idempotency_key.split(_ATTEMPT_MARK)
+    summary = request.reason.summary.split(_ATTEMPT_MARK)
+    if (
+        not found
+        or len(hashed) != 3
+        or len(key) != 2
+        or len(summary) != 2
+        or _ENTITY_MARK in head + rest + request.idempotency_key + request.reason.summary
+    ):
+        return None
+    return {
+        "entity_type": request.entity_type,
+        "from_state": request.from_state,
+        "to_state": request.to_state,
+        "reason_code": request.reason.code,
+        "summary_head": summary[0],
+        "summary_tail": summary[1],
+        "evidence_refs": dumps(request.reason.evidence_refs),
+        "metadata": dumps(request.reason.metadata),
+        "source": request.actor.type,
+        "actor": request.actor.label(),
+        "key_head": key[0],
+        "key_tail": key[1],
+        "hash_0": head,
+        "hash_1": hashed[0],
+        "hash_2": hashed[1],
+        "hash_3": hashed[2],
+    }
+
+
+class ClaimedRows(NamedTuple):
+    """``apply_claims``' answer: the rows it claimed (each as ``RETURNING *`` left it), in claim
+    order, and what the page said: its size, whether a locked row with a serialization key
+    stopped the pass, whether the worker's heartbeat was stale (then nothing was claimed)."""
+
+    rows: list[Row]
+    page_rows: int
+    keyed: bool
+    stale: bool
+
+
+async def apply_claims(
+    tx: AuditingTx, template: Mapping[str, Any], params: Mapping[str, Any], *, limit: int
+) -> ClaimedRows:
+    """Up to ``limit`` ``queued -> running`` transitions of one claim pass in one statement
+    (``AuditingTx.claim_queued``): the page and lease parameters are the caller's (claims),
+    the transition's are ``template``'s (``claim_template``). Each row keeps its own
+    compare-and-swap, fact and event, as ``apply_transitions`` would write them; a taken
+    transition key raises KeyAlreadyUsed (the caller rolls back)."""
+    ids = [new_id() for _ in range(2 * limit)]
+    found = await tx.claim_queued(
+        {**params, **template, "limit": limit, "fact_ids": ids[:limit], "event_ids": ids[limit:]}
+    )
+    page_rows, keyed, stale = found[0]["page_rows"], found[0]["keyed"], found[0]["stale"]
+    claimed: list[tuple[int, Row]] = []
+    for row in found:
+        for column in ("page_rows", "keyed", "stale"):
+            del row[column]
+        written = row.pop("fact_written")
+        place = row.pop("claim_k")
+        if row["id"] is None:  # the page's answer alone: nothing claimed
+            continue
+        if not written:
+            attempt = row["lease_attempts"]
+            raise KeyAlreadyUsed(f"{template['key_head']}{attempt}{template['key_tail']}")
+        claimed.append((place, row))
+    claimed.sort(key=lambda pair: pair[0])
+    return ClaimedRows([row for _, row in claimed], int(page_rows), bool(keyed), bool(stale))
 
 
 Built = tuple[TransitionRequest, Mapping[str, Any], Mapping[str, Any]]

@@ -169,7 +169,7 @@ class _RecordingTx:
         # Named statements must pass through a recording method above: a new Tx method that
         # runs them would otherwise go unrecorded and its commits would cross no boundary
         # (the long-form crash cases then wait for a crash that never comes).
-        if name.startswith(("fetch", "execute", "write")):
+        if name.startswith(("fetch", "execute", "write", "claim")):
             raise AttributeError(f"_RecordingTx does not record Tx.{name}: wrap it")
         return getattr(self._tx, name)
 
@@ -234,6 +234,25 @@ class _RecordingTx:
                     "previous_status": from_state,
                     "status": values["status"],
                     "idempotency_key": audit["idempotency_key"],
+                }
+                self._recording.add("fact_insert", fact, [fact])
+        return rows
+
+    async def claim_queued(self, params: Mapping[str, Any]) -> Any:
+        """Recorded as ``run_claim_batch`` (a write: it crosses boundaries) and as the fact
+        inserts it made, one ``fact_insert`` per claimed row (PostgreSQL claims a page's rows
+        and writes their facts in one statement)."""
+        rows = await self._tx.claim_queued(params)
+        self._recording.add("run_claim_batch", params, list(rows))
+        for row in rows:
+            if row.get("id") is not None and row.get("fact_written"):
+                fact = {
+                    "entity_id": row["id"],
+                    "previous_status": params["from_state"],
+                    "status": params["to_state"],
+                    "idempotency_key": (
+                        f"{params['key_head']}{row['lease_attempts']}{params['key_tail']}"
+                    ),
                 }
                 self._recording.add("fact_insert", fact, [fact])
         return rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,6 +96,77 @@ async def test_claim_writes_lease_fields_and_covers_the_deadline(db: StateDB) ->
     assert long_row["deadline_at"] == T0 + 1005
     assert long_row["lease_expires_at"] == T0 + 1005 + 30  # deadline + slack dominates
     assert leases[long].lease_id == "host:aaaaaaaa/1"
+
+
+async def test_the_one_statement_claim_writes_what_the_paged_pass_writes(
+    stores: Any, backend: str
+) -> None:
+    """PostgreSQL claims a page's rows in one statement (run_claim_batch, its lease arithmetic
+    and request hash in SQL); the paged pass builds each transition in Python. Two stores
+    with the same applications, claimed at the same time one way each, must hold the same
+    rows column by column: the runs (lease, deadline, projection), the facts (request hash
+    recomputed from the request the paged pass would build) and the events. Timeouts cover
+    the default, an explicit one and zero (the default again)."""
+    if backend != "postgres":
+        pytest.skip("SQLite claims through the paged pass only")
+    from taskward.claims import _claim_transition
+    from taskward.transitions import request_hash
+
+    worker = spec("host:é-1")
+    paged = spec("host:é-1")
+    paged.__dict__["claim_template"] = None  # the cached property, answered: the paged pass
+    assert worker.claim_template is not None
+
+    async def claimed(use: WorkerSpec) -> tuple[list[str], dict[str, list[Any]]]:
+        async with taskward.open_db(stores.new_url()) as db:
+            ids = [
+                await submit(db, "nap", {"seconds": 0, **timeout}, now=T0 + i)
+                for i, timeout in enumerate(
+                    [{}, {"timeout_s": 7.5}, {"timeout_s": 0}, {}, {"timeout_s": 1000}]
+                )
+            ]
+            leases = await claim_runs(db, use, now=T0 + 10)
+            assert [lease.task_id for lease in leases] == ids
+            for lease in leases:
+                row = await taskward.get_task(db, lease.task_id)
+                assert (lease.lease_expires_at, lease.deadline_at) == (
+                    row["lease_expires_at"],
+                    row["deadline_at"],
+                )
+            async with db.connection() as conn:  # type: ignore[attr-defined]
+                tables = {}
+                for table, key, skip in (
+                    ("schedule_runs", "id", {"id", "idempotency_key", "application_hash"}),
+                    ("status_transitions", "entity_id", {"id", "event_id", "request_hash"}),
+                    ("task_events", "task_id", {"id", "transition_id"}),
+                ):
+                    cur = await conn.execute(
+                        f"SELECT * FROM {table} WHERE {key} = ANY(%s) ORDER BY {key}", (ids,)
+                    )
+                    rows = await cur.fetchall()
+                    if table == "status_transitions":
+                        for fact in rows:  # the hash of the request the paged pass builds
+                            attempt = int(fact["lease_id"].rpartition("/")[2])
+                            request = _claim_transition(worker, fact["entity_id"], attempt)
+                            assert fact["request_hash"] == request_hash(request)
+                    tables[table] = sorted(
+                        (
+                            (key, ids.index(row[key])),
+                            *(
+                                (name, repr(value))
+                                for name, value in sorted(row.items())
+                                if name not in skip and name != key
+                            ),
+                        )
+                        for row in rows
+                    )
+            return ids, tables
+
+    _, one_statement = await claimed(worker)
+    _, paged_rows = await claimed(paged)
+    assert len(one_statement["status_transitions"]) == 5
+    for table in one_statement:
+        assert one_statement[table] == paged_rows[table], table
 
 
 async def test_two_claimers_never_share_a_row(db: StateDB, db_url: str) -> None:

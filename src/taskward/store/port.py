@@ -178,6 +178,15 @@ class AuditingTx(Tx, Protocol):
         """
         ...
 
+    async def claim_queued(self, params: Mapping[str, Any]) -> list[Row]:
+        """One claim pass in one statement (``transitions.apply_claims`` builds ``params``):
+        the first page of claim candidates, locked, and for each row taken in page order its
+        ``queued -> running`` compare-and-swap, lease, fact and event. Rows come in no
+        particular order with their place (``claim_k``), ``fact_written``, and the page's
+        ``page_rows``, ``keyed`` and ``stale``; a pass that took nothing returns one row of
+        these three alone."""
+        ...
+
 
 class StateDB(Protocol):
     """A taskward store. Open with ``taskward.open_db(url)``."""

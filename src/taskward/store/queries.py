@@ -52,12 +52,27 @@ def _raw_queries(dialect: str) -> dict[str, str]:
     return parse_queries(text)
 
 
+def _code(sql: str) -> str:
+    """``sql`` without its whole-line comments and indentation (no statement in queries.sql
+    has a multi-line string literal). psycopg caches its parse of a statement only up to 4,096
+    bytes and parsed a longer one again on every execution; the comments, which the server
+    never needs, were most of the length (and their ``:name`` words became placeholders)."""
+    return "\n".join(
+        stripped
+        for stripped in (line.strip() for line in sql.splitlines())
+        if stripped and not stripped.startswith("--")
+    )
+
+
 @cache
 def load_queries(dialect: str) -> dict[str, str]:
-    """``{name: sql}``; on PostgreSQL in psycopg's placeholders."""
+    """``{name: sql}``; on PostgreSQL in psycopg's placeholders, without comments."""
     queries = _raw_queries(dialect)
     if dialect == "postgres":
-        return {name: to_pyformat(sql).replace("%(now)s", _PG_NOW) for name, sql in queries.items()}
+        return {
+            name: to_pyformat(_code(sql)).replace("%(now)s", _PG_NOW)
+            for name, sql in queries.items()
+        }
     return queries
 
 

@@ -288,6 +288,10 @@ class _PgTx:
         sql, params = build_run_update_many_audited(items, audits, returning, now=self.now)
         return await self._compare_and_swap(sql, params)
 
+    async def claim_queued(self, params: Mapping[str, Any]) -> list[Row]:
+        """``run_claim_batch``: a claim pass's first page and its transitions, one statement."""
+        return await self.fetchall("run_claim_batch", params)
+
     async def _compare_and_swap(self, sql: str, params: dict[str, Any]) -> list[Row]:
         """A guarded update's rows; a second running row of a serialization key (the unique
         index refuses it) is ConcurrencyKeyBusy (R7)."""

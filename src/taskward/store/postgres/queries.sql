@@ -157,6 +157,95 @@ SELECT * FROM taskward_claim_lock_page(
   :kinds::jsonb, :targets::jsonb, :capabilities::jsonb, :soft::jsonb,
   :cursor_queued_at::float8, :cursor_id::text, :page_size::bigint, :lock::bigint);
 
+-- name: run_claim_batch
+-- A claim pass's first page and its queued -> running transitions in one statement
+-- (claims.claim_pass for a worker without affinity ranking; transitions.apply_claims builds the
+-- transition parameters from the claim request's template, so what is written is exactly what
+-- the paged pass writes, row for row: a test compares them column by column).
+-- page: taskward_claim_lock_page's first page (0006), its served rows locked;
+-- picked: the locked rows in page order, at most :limit, none once a locked row with a
+--   serialization key comes (those need the paged pass's one-by-one claim, R7), none when this
+--   worker's heartbeat is stale (ADR-0071 D4: a known worker with a stale heartbeat claims
+--   nothing);
+-- u: each row's own compare-and-swap (matched by primary key: the status it compares is a
+--   column of picked, which no partial index's predicate can match, so the planner cannot walk
+--   every queued row instead), guarded as claims._claim_request guards it (queued, no
+--   owner, the attempt count the page read, no cancellation request), with its lease (R5:
+--   deadline = now + timeout_s (0 or absent: :default_timeout_s); expiry = the later of
+--   now + :lease_ttl and deadline + :lease_slack_s) and its status projection;
+-- fact / event: the transition's fact (its request hash the canonical request text spliced
+--   around the row's id and attempt) and event, exactly apply_transition's. A taken transition
+--   key inserts no fact and fact_written says so (the caller rolls back).
+-- Every returned row carries the page's size, whether a locked keyed row was met and whether
+-- the heartbeat was stale; a pass that claimed nothing returns one row of these alone.
+WITH ctx AS MATERIALIZED (
+  SELECT COALESCE((SELECT :now::float8 - last_heartbeat_at > :heartbeat_ttl::float8
+                   FROM workers WHERE worker_id = :worker_id), false) AS stale
+), page AS MATERIALIZED (
+  SELECT * FROM taskward_claim_lock_page(
+    COALESCE((SELECT value::integer FROM queue_settings WHERE name = 'max_attempts'),
+             :default_max_attempts::integer),
+    :kinds::jsonb, :targets::jsonb, :capabilities::jsonb, :soft::jsonb,
+    NULL, NULL, :page_size::bigint, :lock::bigint) WITH ORDINALITY AS p
+), picked AS MATERIALIZED (
+  SELECT p.id AS g_id, :from_state::text AS g_status, p.lease_attempts AS g_lease_attempts,
+         p.lease_attempts + 1 AS attempt,
+         :now::float8 + COALESCE(NULLIF(p.timeout_s, 0), :default_timeout_s::float8) AS deadline,
+         row_number() OVER (ORDER BY p.ordinality) AS k
+  FROM page p
+  WHERE p.locked AND NOT (SELECT stale FROM ctx)
+    AND p.ordinality < COALESCE((SELECT min(q.ordinality) FROM page q
+                                 WHERE q.locked AND q.concurrency_key IS NOT NULL),
+                                9223372036854775807)
+  ORDER BY p.ordinality
+  LIMIT :limit::bigint
+), u AS (
+  UPDATE schedule_runs SET
+    status = :to_state::text, updated_at = :now::float8,
+    status_reason_code = :reason_code::text,
+    status_reason_summary = :summary_head::text || v.attempt || :summary_tail::text,
+    status_evidence_refs = :evidence_refs::jsonb,
+    leased_by = :worker_id::text,
+    lease_expires_at = GREATEST(:now::float8 + :lease_ttl::float8,
+                                v.deadline + :lease_slack_s::float8),
+    lease_attempts = v.attempt, deadline_at = v.deadline, retry_at = NULL
+  FROM picked v
+  WHERE schedule_runs.id = v.g_id AND schedule_runs.status = v.g_status
+    AND schedule_runs.leased_by IS NULL AND schedule_runs.lease_attempts = v.g_lease_attempts
+    AND schedule_runs.cancel_requested_at IS NULL
+  RETURNING schedule_runs.*, v.k AS claim_k
+), fact AS (
+  INSERT INTO status_transitions (
+    id, entity_type, entity_id, previous_status, status, reason_code, reason_summary,
+    evidence_refs, source, actor, created_at, metadata, idempotency_key, request_hash,
+    event_id, lease_id
+  )
+  SELECT (:fact_ids::text[])[claim_k], :entity_type::text, id, :from_state::text, status,
+         status_reason_code, status_reason_summary, status_evidence_refs, :source::text,
+         :actor::text, :now::float8, :metadata::jsonb,
+         :key_head::text || lease_attempts || :key_tail::text,
+         'sha256:' || encode(sha256(convert_to(
+           :hash_0::text || to_json(id)::text || :hash_1::text || lease_attempts
+           || :hash_2::text || lease_attempts || :hash_3::text, 'UTF8')), 'hex'),
+         (:event_ids::text[])[claim_k], leased_by || '/' || lease_attempts
+  FROM u
+  ON CONFLICT (entity_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+  RETURNING entity_id
+), event AS (
+  INSERT INTO task_events (id, task_id, kind, transition_id, status, payload, created_at)
+  SELECT (:event_ids::text[])[claim_k], id, 'transition', (:fact_ids::text[])[claim_k], status,
+         jsonb_build_object('from', :from_state::text, 'to', status,
+                            'reason_code', status_reason_code, 'actor', :actor::text),
+         :now::float8
+  FROM u
+)
+SELECT m.page_rows, m.keyed, m.stale, u.*,
+       EXISTS (SELECT 1 FROM fact WHERE fact.entity_id = u.id) AS fact_written
+FROM (SELECT (SELECT count(*) FROM page) AS page_rows,
+             EXISTS (SELECT 1 FROM page WHERE locked AND concurrency_key IS NOT NULL) AS keyed,
+             (SELECT stale FROM ctx) AS stale) m
+LEFT JOIN u ON true;
+
 -- name: run_expired_leases
 -- Running rows whose lease expired strictly before :now (R6).
 SELECT id, leased_by, lease_expires_at, lease_attempts, cancel_requested_at FROM schedule_runs
