@@ -388,6 +388,10 @@ async def test_the_adapter_result_reaches_the_terminal_transition(db: StateDB) -
     summary = await LocalSummaryStore(db).get(key)
     assert summary is not None and summary["state"] == "complete"
     assert summary["summary"]["facts"]["operation_statuses"] == {"command": "completed"}
+    # The host's facts are of the shape summary_json splices (its fast path, every task).
+    from taskward.host.local import _host_facts_json
+
+    assert _host_facts_json(summary["summary"]["facts"]) is not None
 
 
 async def test_a_timeout_error_raised_by_the_flow_is_a_flow_failure_not_a_deadline(

@@ -164,3 +164,47 @@ def test_summary_json_of_the_hosts_own_summary_is_spliced_and_equal() -> None:
     summary = SessionSummary(facts=facts, narrative=None, manifest_ref="manifest:t")
     assert plain_canonical_json(facts) is not None
     assert summary_json(summary) == canonical_json(summary.model_dump(mode="json"))
+
+
+_host_values = st.one_of(
+    st.text(), st.integers(), st.floats(), st.booleans(), st.none(), st.lists(st.text())
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.fixed_dictionaries(
+        {
+            "task_id": st.one_of(st.text(), _host_values),
+            "attempt": st.one_of(st.integers(min_value=1), _host_values),
+            "run_id": st.text(),
+            "started_at": st.text(),
+            "ended_at": st.one_of(st.text(), _host_values),
+            "elapsed_ms": st.one_of(st.floats(allow_nan=True), _host_values),
+            "operation_statuses": st.dictionaries(st.text(), st.text(), max_size=3),
+            "artifact_refs": st.lists(st.dictionaries(st.text(), _json_values, max_size=2)),
+            "usage": st.dictionaries(st.text(), _json_values, max_size=3),
+            "degraded": st.one_of(st.booleans(), _host_values),
+            "degrade_reason": st.text(),
+        }
+    ),
+    narrative=st.one_of(st.none(), st.text()),
+    manifest_ref=st.text(),
+)
+def test_the_hosts_facts_spliced_equal_the_models_canonical_json(
+    values: dict[str, Any], narrative: str | None, manifest_ref: str
+) -> None:
+    """The host's own facts (engine_host's _summary: these keys, usually these types) are
+    spliced key by key; any value of another type, or a non-finite float, takes the generic
+    path. Either way the text is the model's canonical JSON, or the same error."""
+    from taskward.host.local import HOST_FACT_KEYS
+
+    assert sorted(values) == list(HOST_FACT_KEYS)
+    summary = SessionSummary(facts=values, narrative=narrative, manifest_ref=manifest_ref)
+    try:
+        expected = canonical_json(summary.model_dump(mode="json"))
+    except (TypeError, ValueError):
+        with pytest.raises((TypeError, ValueError)):
+            summary_json(summary)
+        return
+    assert summary_json(summary) == expected

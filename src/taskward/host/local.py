@@ -10,6 +10,7 @@ fields (R10). ``LocalSummaryStore`` keeps summaries in the ``task_summaries`` ta
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections import OrderedDict
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from taskward.canonical import canonical_json, plain_canonical_json, text_hash
+from taskward.canonical import canonical_json, json_string, plain_canonical_json, text_hash
 from taskward.claims import CLAIM_CAP, Claimed, Lease, WorkerSpec, claim_pass, claim_rows
 from taskward.errors import StoreUnavailable, TransitionIdempotencyConflict
 from taskward.execution import (
@@ -573,12 +574,72 @@ async def _all_summaries_written(tx: Tx, params: list[dict[str, Any]]) -> bool:
     return count == len(params)
 
 
+# The facts the host writes for every task (engine_host.ResidentEngineHost._summary), in
+# sorted order: what ``_host_facts_json`` splices.
+HOST_FACT_KEYS: Final = (
+    "artifact_refs",
+    "attempt",
+    "degrade_reason",
+    "degraded",
+    "elapsed_ms",
+    "ended_at",
+    "operation_statuses",
+    "run_id",
+    "started_at",
+    "task_id",
+    "usage",
+)
+_HOST_FACT_SET: Final = frozenset(HOST_FACT_KEYS)
+
+
+def _host_facts_json(facts: dict[str, Any]) -> str | None:
+    """``canonical_json(facts)`` for the host's own facts, spliced key by key in sorted
+    order (the summary of every task); None for any other shape or a value of another type."""
+    if facts.keys() != _HOST_FACT_SET:
+        return None
+    attempt, elapsed, degraded = facts["attempt"], facts["elapsed_ms"], facts["degraded"]
+    strings = (
+        facts["degrade_reason"],
+        facts["ended_at"],
+        facts["run_id"],
+        facts["started_at"],
+        facts["task_id"],
+    )
+    if (
+        type(attempt) is not int
+        or type(elapsed) is not float
+        or not math.isfinite(elapsed)
+        or type(degraded) is not bool
+        or any(type(value) is not str for value in strings)
+    ):
+        return None
+    refs = plain_canonical_json(facts["artifact_refs"])
+    statuses = plain_canonical_json(facts["operation_statuses"])
+    usage = plain_canonical_json(facts["usage"])
+    if refs is None or statuses is None or usage is None:
+        return None
+    reason, ended, run_id, started, task_id = (json_string(value) for value in strings)
+    return (
+        f'{{"artifact_refs":{refs},"attempt":{attempt!r},"degrade_reason":{reason},'
+        f'"degraded":{"true" if degraded else "false"},"elapsed_ms":{elapsed!r},'
+        f'"ended_at":{ended},"operation_statuses":{statuses},"run_id":{run_id},'
+        f'"started_at":{started},"task_id":{task_id},"usage":{usage}}}'
+    )
+
+
 def summary_json(summary: SessionSummary) -> str:
     """The canonical JSON of ``summary.model_dump(mode="json")``, which the summary row stores
     and hashes. The host's own summaries hold plain JSON facts and are encoded directly (every
-    task finishes through here); anything else goes through the model. A test holds the two
-    equal."""
+    task finishes through here; its usual facts spliced by ``_host_facts_json``); anything else
+    goes through the model. Tests hold the two equal."""
     if type(summary) is SessionSummary:
+        facts = _host_facts_json(summary.facts)
+        narrative = summary.narrative
+        if facts is not None and (narrative is None or type(narrative) is str):
+            return (
+                f'{{"facts":{facts},"manifest_ref":{json_string(summary.manifest_ref)},'
+                f'"narrative":{"null" if narrative is None else json_string(narrative)}}}'
+            )
         text = plain_canonical_json(
             {
                 "facts": summary.facts,
