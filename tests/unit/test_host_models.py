@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from taskward.host import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
+from taskward.host.models import checked_task
 
 NOW = datetime(2026, 7, 9, 12, 0, tzinfo=UTC)
 FAILURE_CODES = {
@@ -215,3 +216,59 @@ def test_equal_payloads_compare_equal() -> None:
         applied=False, rejection="stale_lease"
     )
     assert Task(**task_fields()) == Task(**task_fields())
+
+
+_CHECKED = dict(
+    id="r-é",
+    objective="noop r-é",
+    cwd=Path("/tmp"),
+    lease_id="host:a/1",
+    lease_expires_at=datetime(2026, 1, 1, 0, 5, tzinfo=UTC),
+    attempt=1,
+    deadline=datetime(2026, 1, 1, 0, 4, tzinfo=UTC),
+)
+
+
+def test_checked_task_is_the_validated_task() -> None:
+    """``checked_task`` builds a claim's Task without the model's validation when its own
+    checks pass: it must be indistinguishable from ``Task(...)``."""
+    checked, validated = checked_task(**_CHECKED), Task(**_CHECKED)  # type: ignore[arg-type]
+    assert type(checked) is Task
+    assert checked == validated
+    assert checked.model_dump() == validated.model_dump()
+    assert checked.model_fields_set == validated.model_fields_set
+    assert checked.model_dump_json() == validated.model_dump_json()
+    with pytest.raises(ValidationError):
+        checked.attempt = 2  # frozen, like the validated one
+    assert checked.model_copy(update={"attempt": 2}).attempt == 2
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"id": "  "},
+        {"objective": ""},
+        {"lease_id": " "},
+        {"attempt": 0},
+        {"lease_expires_at": datetime(2026, 1, 1, 0, 5)},  # naive
+        {"deadline": datetime(2026, 1, 1, 0, 4, tzinfo=timezone(timedelta(hours=1)))},
+        {"deadline": datetime(2026, 1, 1, 0, 6, tzinfo=UTC)},  # past the lease
+    ],
+)
+def test_checked_task_refuses_what_task_refuses(change: dict[str, Any]) -> None:
+    values = {**_CHECKED, **change}
+    with pytest.raises(ValidationError) as expected:
+        Task(**values)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError) as got:
+        checked_task(**values)  # type: ignore[arg-type]
+    assert got.value.errors(include_context=False) == expected.value.errors(include_context=False)
+
+
+def test_a_task_results_payload_and_digest_are_the_models() -> None:
+    from taskward.canonical import canonical_json
+    from taskward.host.local import _result_payload
+
+    result = TaskResult(run_id='r-"é"\u2028:1', status="completed", summary_ref="r:1\n")
+    payload, digest = _result_payload(result)
+    assert payload == result.model_dump(mode="json")
+    assert digest == canonical_json(result.model_dump(mode="json"))

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final
 
@@ -32,7 +33,14 @@ from taskward.execution import (
 )
 from taskward.groupcommit import GroupCommit
 from taskward.host.engine_host import TaskRunFailure
-from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
+from taskward.host.models import (
+    SessionSummary,
+    Task,
+    TaskAck,
+    TaskFailure,
+    TaskResult,
+    checked_task,
+)
 from taskward.host.ports import SummaryNotWritten, SummaryStore
 from taskward.models import Actor, TransitionResult
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
@@ -148,7 +156,7 @@ class LocalTaskSource:
         if not isinstance(objective, str) or not objective.strip():
             objective = f"{row['action_kind']} {row['id']}"
         cwd = args.get("cwd")
-        return Task(
+        return checked_task(
             id=row["id"],
             objective=objective,
             cwd=Path(cwd) if isinstance(cwd, str) and cwd else self.cwd,
@@ -206,11 +214,7 @@ class LocalTaskSource:
         digest = canonical_json(payload)
         cached = self._acks.get((task_id, lease_id))
         if cached is not None:  # exact replay: same answer, no repeated effects
-            return (
-                cached[1]
-                if cached[0] == digest
-                else TaskAck(applied=False, rejection="stale_lease")
-            )
+            return cached[1] if cached[0] == digest else _STALE
         parsed = _parse_lease_id(lease_id)
         claim = self._claims.get(task_id)
         ours = claim is not None and claim.lease.lease_id == lease_id
@@ -219,7 +223,7 @@ class LocalTaskSource:
         if not ours and (row is None or (row["lease_attempts"] == 0 and row["leased_by"] is None)):
             return TaskAck(applied=False, rejection="missing_holder")
         if parsed is None:
-            return TaskAck(applied=False, rejection="stale_lease")
+            return _STALE
         holder, attempt = parsed
         if row is None:
             assert claim is not None
@@ -245,14 +249,14 @@ class LocalTaskSource:
                 self.db,
                 lease,
                 outcome,
-                actor=Actor(type="system", id=holder),
+                actor=_system_actor(holder),
                 evidence_refs=self._evidence(execution, completed),
                 key_suffix="ack",
                 group=None if alone else self._group,
             )
         except TransitionIdempotencyConflict:
             self._forget(task_id, lease_id)
-            return TaskAck(applied=False, rejection="stale_lease")
+            return _STALE
         return self._settle(task_id, lease_id, digest, transition, resolved)
 
     @staticmethod
@@ -291,12 +295,11 @@ class LocalTaskSource:
             # The row moved on (reclaimed, reaped, cancelled): this lease can never be
             # acknowledged again, so the side channel need not remember it.
             self._forget(task_id, lease_id)
-            return TaskAck(applied=False, rejection="stale_lease")
-        ack = TaskAck(
-            applied=True,
-            rejection="attempt_ceiling"
+            return _STALE
+        ack = (
+            _APPLIED_AT_CEILING
             if resolved and resolved[-1].reason_code == "attempt_ceiling"
-            else None,
+            else _APPLIED
         )
         self._acks[(task_id, lease_id)] = (digest, ack)
         while len(self._acks) > ACK_CACHE_SIZE:
@@ -335,8 +338,7 @@ class LocalTaskSource:
         """
         if self._summaries is None:
             raise RuntimeError("this LocalTaskSource was built without a summary store")
-        payload = result.model_dump(mode="json")
-        digest = canonical_json(payload)
+        payload, digest = _result_payload(result)
         claim = self._claims.get(task_id)
         parsed = _parse_lease_id(lease_id)
 
@@ -361,7 +363,7 @@ class LocalTaskSource:
             build=finish_build(
                 claim.lease,
                 outcome,
-                actor=Actor(type="system", id=parsed[0]),
+                actor=_system_actor(parsed[0]),
                 evidence_refs=self._evidence(claim.result, result),
                 key_suffix="ack",
             ),
@@ -572,6 +574,31 @@ async def _all_summaries_written(tx: Tx, params: list[dict[str, Any]]) -> bool:
     """Write every summary; True when each was written (none was complete already)."""
     [count] = await tx.write_many([("summary_write_many", params)])
     return count == len(params)
+
+
+# Acknowledgements are frozen models: the few possible answers are built once.
+_APPLIED: Final = TaskAck(applied=True)
+_APPLIED_AT_CEILING: Final = TaskAck(applied=True, rejection="attempt_ceiling")
+_STALE: Final = TaskAck(applied=False, rejection="stale_lease")
+
+
+@lru_cache(maxsize=64)
+def _system_actor(holder: str) -> Actor:
+    """The lease holder as the actor of its acknowledgements (a frozen model: one per holder)."""
+    return Actor(type="system", id=holder)
+
+
+def _result_payload(result: TaskResult) -> tuple[dict[str, Any], str]:
+    """``result.model_dump(mode="json")`` and its canonical JSON (the acknowledgement's replay
+    digest); a TaskResult's three strings are spliced (a unit test holds them equal)."""
+    if type(result) is not TaskResult:
+        payload = result.model_dump(mode="json")
+        return payload, canonical_json(payload)
+    payload = {"run_id": result.run_id, "status": result.status, "summary_ref": result.summary_ref}
+    return payload, (
+        f'{{"run_id":{json_string(result.run_id)},"status":{json_string(result.status)},'
+        f'"summary_ref":{json_string(result.summary_ref)}}}'
+    )
 
 
 # The facts the host writes for every task (engine_host.ResidentEngineHost._summary), in
