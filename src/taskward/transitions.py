@@ -22,7 +22,13 @@ from taskward.errors import InvalidTransition, TaskNotFound, TransitionIdempoten
 from taskward.groupcommit import GroupCommit
 from taskward.ids import new_id
 from taskward.lifecycle import ENTITY_TYPES, check_edge, check_reason_code, is_terminal
-from taskward.models import Actor, StateReason, TransitionRequest, TransitionResult
+from taskward.models import (
+    Actor,
+    StateReason,
+    TransitionRequest,
+    TransitionResult,
+    constructed,
+)
 from taskward.store.guarded import update_shape
 from taskward.store.port import (
     RUN_GUARD_COLUMNS,
@@ -247,14 +253,23 @@ async def _lost(
     )
 
 
+_APPLIED_FIELDS: Final = ("applied", "previous_state", "current_state", "transition_id", "event_id")
+
+
 def _applied(request: TransitionRequest, transition_id: str, event_id: str) -> TransitionResult:
     # Every value is already of its field's type (the request was validated): no validation.
-    return TransitionResult.model_construct(
-        applied=True,
-        previous_state=request.from_state,
-        current_state=request.to_state,
-        transition_id=transition_id,
-        event_id=event_id,
+    return constructed(
+        TransitionResult,
+        {
+            "applied": True,
+            "conflict": False,
+            "previous_state": request.from_state,
+            "current_state": request.to_state,
+            "transition_id": transition_id,
+            "event_id": event_id,
+            "replayed": False,
+        },
+        _APPLIED_FIELDS,
     )
 
 

@@ -208,3 +208,31 @@ def test_the_hosts_facts_spliced_equal_the_models_canonical_json(
             summary_json(summary)
         return
     assert summary_json(summary) == expected
+
+
+def test_an_applied_result_is_the_model_its_fields_make() -> None:
+    """``transitions._applied`` builds its TransitionResult without pydantic's per-field loop
+    (``models.constructed``): the same instance as the validated model and as
+    ``model_construct``, down to the fields it says were set."""
+    from taskward.models import TransitionResult
+
+    request = TransitionRequest(
+        entity_id="r1",
+        from_state="running",
+        to_state="completed",
+        reason=StateReason(code="completed"),
+        actor=Actor(type="system", id="w"),
+        idempotency_key="ack:w/1",
+    )
+    fast = transitions._applied(request, "t1", "e1")
+    given = {
+        "applied": True,
+        "previous_state": "running",
+        "current_state": "completed",
+        "transition_id": "t1",
+        "event_id": "e1",
+    }
+    assert type(fast) is TransitionResult
+    assert fast == TransitionResult(**given) == TransitionResult.model_construct(**given)
+    assert fast.model_dump() == TransitionResult(**given).model_dump()
+    assert fast.model_fields_set == TransitionResult.model_construct(**given).model_fields_set

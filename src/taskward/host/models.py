@@ -8,6 +8,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from taskward.models import constructed
+
 
 class HostModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -84,7 +86,6 @@ def checked_task(
         and deadline.utcoffset() == _ZERO
         and deadline <= lease_expires_at
     ):
-        task = Task.__new__(Task)
         values = {
             "id": id,
             "objective": objective,
@@ -94,11 +95,7 @@ def checked_task(
             "attempt": attempt,
             "deadline": deadline,
         }
-        _set(task, "__dict__", values)
-        _set(task, "__pydantic_fields_set__", set(values))
-        _set(task, "__pydantic_extra__", None)
-        _set(task, "__pydantic_private__", None)
-        return task
+        return constructed(Task, values, values)
     return Task(
         id=id,
         objective=objective,
@@ -111,7 +108,6 @@ def checked_task(
 
 
 _ZERO: Final = timedelta(0)
-_set = object.__setattr__
 
 
 class TaskResult(HostModel):
