@@ -70,4 +70,12 @@ def dumps(value: Any) -> str:
 
 
 def loads(text: str | bytes | None) -> Any:
-    return None if text is None else json.loads(text)
+    """JSON text to its value; the empty documents most stored columns hold (arguments,
+    evidence, capabilities, trigger context) without the parser: a fresh ``{}`` or ``[]``."""
+    if text is None:
+        return None
+    if text == "{}" or text == b"{}":
+        return {}
+    if text == "[]" or text == b"[]":
+        return []
+    return json.loads(text)

@@ -236,3 +236,17 @@ def test_an_applied_result_is_the_model_its_fields_make() -> None:
     assert fast == TransitionResult(**given) == TransitionResult.model_construct(**given)
     assert fast.model_dump() == TransitionResult(**given).model_dump()
     assert fast.model_fields_set == TransitionResult.model_construct(**given).model_fields_set
+
+
+@pytest.mark.parametrize("text", ["{}", "[]", b"{}", b"[]", '{"a":[]}', "[1]", " {}", "null"])
+def test_loads_reads_every_document_as_json_does_and_the_empty_ones_fresh(
+    text: str | bytes,
+) -> None:
+    from taskward.canonical import loads
+
+    assert loads(text) == json.loads(text)
+    first, second = loads(text), loads(text)
+    if isinstance(first, dict | list):
+        first.append(1) if isinstance(first, list) else first.update(x=1)
+        assert second == json.loads(text)  # never a shared empty value
+    assert loads(None) is None
