@@ -131,6 +131,21 @@ def test_transition_event_payload_is_the_compact_json_of_its_fields() -> None:
     assert json.loads(event["payload"])["actor"] == "operator:ops\u2028\\"
 
 
+def _assert_summary_json_is_the_models(
+    facts: dict[str, Any], narrative: str | None, manifest_ref: str
+) -> None:
+    """``summary_json`` is the canonical JSON of the model's dump, or raises as encoding it
+    does."""
+    summary = SessionSummary(facts=facts, narrative=narrative, manifest_ref=manifest_ref)
+    try:
+        expected = canonical_json(summary.model_dump(mode="json"))
+    except (TypeError, ValueError):
+        with pytest.raises((TypeError, ValueError)):
+            summary_json(summary)
+        return
+    assert summary_json(summary) == expected
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     facts=st.dictionaries(st.text(), _json_values, max_size=5),
@@ -140,14 +155,7 @@ def test_transition_event_payload_is_the_compact_json_of_its_fields() -> None:
 def test_summary_json_equals_the_canonical_json_of_the_models_dump(
     facts: dict[str, Any], narrative: str | None, manifest_ref: str
 ) -> None:
-    summary = SessionSummary(facts=facts, narrative=narrative, manifest_ref=manifest_ref)
-    try:
-        expected = canonical_json(summary.model_dump(mode="json"))
-    except (TypeError, ValueError):
-        with pytest.raises((TypeError, ValueError)):
-            summary_json(summary)
-        return
-    assert summary_json(summary) == expected
+    _assert_summary_json_is_the_models(facts, narrative, manifest_ref)
 
 
 def test_summary_json_of_the_hosts_own_summary_is_spliced_and_equal() -> None:
@@ -200,14 +208,7 @@ def test_the_hosts_facts_spliced_equal_the_models_canonical_json(
     from taskward.host.local import HOST_FACT_KEYS
 
     assert sorted(values) == list(HOST_FACT_KEYS)
-    summary = SessionSummary(facts=values, narrative=narrative, manifest_ref=manifest_ref)
-    try:
-        expected = canonical_json(summary.model_dump(mode="json"))
-    except (TypeError, ValueError):
-        with pytest.raises((TypeError, ValueError)):
-            summary_json(summary)
-        return
-    assert summary_json(summary) == expected
+    _assert_summary_json_is_the_models(values, narrative, manifest_ref)
 
 
 def test_an_applied_result_is_the_model_its_fields_make() -> None:
