@@ -138,6 +138,7 @@ async def test_json_columns_read_back_as_fresh_python_values_whatever_their_text
         ("text", ["a", None, '\u00e9\u6f22 "quoted" {braces}, commas', ""]),
         ("text", []),
         ("text", [None, None]),
+        ("text", ["done", "done", None, "done", "é", "é", "", "", "x"]),  # runs are reused
         ("jsonb", ['{"k": [1, 2]}', None, "[]"]),
         ("integer", [0, -1, 2**31 - 1, -(2**31), None, 3.0]),
         ("float8", [1.5, None, 2, -0.0, 1e308, 1763000000.123456]),

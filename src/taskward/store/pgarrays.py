@@ -71,18 +71,25 @@ def _framed(kind: type[PgArray], parts: list[bytes], count: int, nulls: int) -> 
 
 
 def text_array(values: Sequence[str | None]) -> PgArray:
+    """A text array; a value equal to the one before it (a batch's status, reason, actor,
+    worker: most columns hold one value down the batch) is not encoded again."""
     parts: list[bytes] = []
     append = parts.append
     pack = _LENGTH.pack
     nulls = 0
+    previous: str | None = None
+    length = encoded = b""
     for value in values:
         if value is None:
             append(_NULL)
             nulls = 1
-        else:
+            continue
+        if value != previous:
             encoded = value.encode("utf-8")
-            append(pack(len(encoded)))
-            append(encoded)
+            length = pack(len(encoded))
+            previous = value
+        append(length)
+        append(encoded)
     return _framed(TextArray, parts, len(values), nulls)
 
 
