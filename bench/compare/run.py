@@ -566,6 +566,7 @@ def print_report(
         f"  taskward bulk submit_tasks (chunks of 1,000): SQLite {fmt(tw)}/s, "
         f"PostgreSQL {fmt(tp)}/s"
     )
+    print_drift(medians, all_systems)
     print()
     ratio_rows = []
     keys = {s.key for s in all_systems}
@@ -612,6 +613,26 @@ def print_report(
     print(f"violations: {len(violations)}")
     for v in violations:
         print(f"  {v}")
+
+
+def print_drift(medians: dict[str, Any], all_systems: list[System]) -> None:
+    """The floors' drain rate repeat by repeat, in the order measured: they run in-process,
+    with no start-up and no peer, so their spread is the machine's own drift over the run (a
+    shared machine's speed moved 25-30 % within one run), against which every ratio's range
+    should be read."""
+    drift = [
+        (s.key, medians.get(s.key, {}).get("drain", {}).get("samples_per_s") or [])
+        for s in all_systems
+        if s.key.startswith("floor-")
+    ]
+    drift = [(key, samples) for key, samples in drift if len(samples) > 1 and samples[0]]
+    if not drift:
+        return
+    print("  machine drift across repeats (the floors' drains: in-process, no start-up, no peer):")
+    for key, samples in drift:
+        rates = " -> ".join(fmt(v) for v in samples)
+        spread = max(samples) / min(samples)
+        print(f"    {key:17} {rates}/s (the fastest repeat {spread:.2f}x the slowest)")
 
 
 # -- main -----------------------------------------------------------------------------------------
