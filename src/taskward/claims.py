@@ -393,7 +393,7 @@ async def claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
     if limit <= 0:
         return []
     auditing = tx.auditing()
-    template = spec.claim_template if auditing is not None and not spec.ranked else None
+    template = None if spec.ranked else spec.claim_template
     if auditing is None or template is None:
         return await _claim_paged(tx, spec, limit)
     claimed, more = await _claim_in_one_statement(auditing, template, spec, limit)
