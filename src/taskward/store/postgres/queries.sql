@@ -187,6 +187,8 @@ WITH ctx AS MATERIALIZED (
              :default_max_attempts::integer),
     :kinds::jsonb, :targets::jsonb, :capabilities::jsonb, :soft::jsonb,
     NULL, NULL, :page_size::bigint, :lock::bigint) WITH ORDINALITY AS p
+), first_keyed AS MATERIALIZED (
+  SELECT min(ordinality) AS at FROM page WHERE locked AND concurrency_key IS NOT NULL
 ), picked AS MATERIALIZED (
   SELECT p.id AS g_id, :from_state::text AS g_status, p.lease_attempts AS g_lease_attempts,
          p.lease_attempts + 1 AS attempt,
@@ -194,9 +196,7 @@ WITH ctx AS MATERIALIZED (
          row_number() OVER (ORDER BY p.ordinality) AS k
   FROM page p
   WHERE p.locked AND NOT (SELECT stale FROM ctx)
-    AND p.ordinality < COALESCE((SELECT min(q.ordinality) FROM page q
-                                 WHERE q.locked AND q.concurrency_key IS NOT NULL),
-                                9223372036854775807)
+    AND p.ordinality < COALESCE((SELECT at FROM first_keyed), 9223372036854775807)
   ORDER BY p.ordinality
   LIMIT :limit::bigint
 ), u AS (
@@ -242,7 +242,7 @@ WITH ctx AS MATERIALIZED (
 SELECT m.page_rows, m.keyed, m.stale, u.*,
        EXISTS (SELECT 1 FROM fact WHERE fact.entity_id = u.id) AS fact_written
 FROM (SELECT (SELECT count(*) FROM page) AS page_rows,
-             EXISTS (SELECT 1 FROM page WHERE locked AND concurrency_key IS NOT NULL) AS keyed,
+             (SELECT at FROM first_keyed) IS NOT NULL AS keyed,
              (SELECT stale FROM ctx) AS stale) m
 LEFT JOIN u ON true;
 
