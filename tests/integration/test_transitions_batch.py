@@ -17,7 +17,7 @@ from taskward.checker import assert_invariants
 from taskward.errors import TransitionIdempotencyConflict
 from taskward.groupcommit import GroupCommit
 from taskward.store.guarded import build_run_update_many
-from taskward.store.port import StateDB
+from taskward.store.port import ConcurrencyKeyBusy, StateDB
 from taskward.transitions import (
     KeyAlreadyUsed,
     Prepared,
@@ -219,6 +219,27 @@ async def test_update_many_stores_each_columns_values_whatever_their_python_type
         b: (100.5, 4, None),
         c: (None, None, "plain"),
     }
+
+
+async def test_update_many_that_fails_part_way_is_undone_by_the_callers_rollback(
+    db: StateDB,
+) -> None:
+    """Two queued runs of one serialization key moved to running by one call: the second
+    breaks the running-key unique index (R7): the call raises ConcurrencyKeyBusy, and once the
+    caller's savepoint rolls back neither run moved."""
+    first = await submit(db, required_capabilities=["gpu-exclusive"])
+    second = await submit(db, required_capabilities=["gpu-exclusive"])
+    assert (await taskward.get_task(db, first))["concurrency_key"]
+    items = [
+        (run, "queued", {"status": "running", "leased_by": "w"}, {"leased_by": None})
+        for run in (first, second)
+    ]
+    async with db.transaction() as tx:
+        with pytest.raises(ConcurrencyKeyBusy):
+            async with tx.savepoint():
+                await tx.run_update_many(items, returning=("status",))
+        rows = await tx.fetchone_each("run_get", [{"id": first}, {"id": second}])
+    assert [(row or {}).get("status") for row in rows] == ["queued", "queued"]
 
 
 async def test_the_audited_statement_writes_the_rows_of_the_two_statement_path(

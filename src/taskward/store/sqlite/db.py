@@ -276,6 +276,13 @@ class SQLiteDB:
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=0")
+        # Statement journals and the scratch tables of RETURNING, sorts and the like in memory,
+        # not in temporary files: a write statement inside a transaction that already changed
+        # its pages (a group commit's claims after its completions) opened and wrote one,
+        # which made each claimed row's compare-and-swap cost 40 us instead of 29 (the
+        # completions' 38 instead of 31; 10,000-task drains). They are as small as the
+        # statement's own changes; taskward sorts no large result.
+        conn.execute("PRAGMA temp_store=MEMORY")
 
     async def close(self) -> None:
         """Close the connection; safe to call twice."""
