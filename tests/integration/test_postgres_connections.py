@@ -142,6 +142,13 @@ async def test_json_columns_read_back_as_fresh_python_values_whatever_their_text
         ("jsonb", ['{"k": [1, 2]}', None, "[]"]),
         ("integer", [0, -1, 2**31 - 1, -(2**31), None, 3.0]),
         ("float8", [1.5, None, 2, -0.0, 1e308, 1763000000.123456]),
+        # One value in every row: one element repeated (pgarrays._repeated)
+        ("text", ["completed"] * 5),
+        ("text", ["\u00e9\u6f22", "\u00e9\u6f22"]),
+        ("jsonb", ['{"k": 1}'] * 3),
+        ("integer", [1, 1.0, True, 1]),
+        ("float8", [1763000000.5] * 4),
+        ("float8", [None, None, None]),
     ],
 )
 async def test_binary_arrays_built_by_taskward_read_back_exactly_as_sent(

@@ -70,9 +70,39 @@ def _framed(kind: type[PgArray], parts: list[bytes], count: int, nulls: int) -> 
     return kind(_HEADER.pack(1, nulls, kind.element_oid, count, 1) + b"".join(parts))
 
 
+def _element(kind: type[PgArray], value: Any) -> bytes:
+    """One element in the array's format: its length, then its binary form (-1: NULL)."""
+    if value is None:
+        return _NULL
+    if kind is TextArray:
+        encoded: bytes = value.encode("utf-8")
+        return _LENGTH.pack(len(encoded)) + encoded
+    packing, width, coerce = _FIXED[kind]
+    return packing.pack(width, coerce(value))
+
+
+def _repeated(kind: type[PgArray], values: Sequence[Any]) -> PgArray | None:
+    """The array of a column holding one value in every row (most of a group commit's
+    columns: its status, reason, actor, time), built from that element once; None otherwise.
+    ``list.count`` compares in C, so a column of several values costs one pass more. Values
+    that compare equal encode equally: texts are equal strings, numbers coerce to one value
+    (1, 1.0 and True are one integer or float8 element either way)."""
+    count = len(values)
+    if count < 2:
+        return None
+    first = values[0]
+    if values.count(first) != count:
+        return None
+    return _framed(kind, [_element(kind, first) * count], count, 1 if first is None else 0)
+
+
 def text_array(values: Sequence[str | None]) -> PgArray:
     """A text array; a value equal to the one before it (a batch's status, reason, actor,
-    worker: most columns hold one value down the batch) is not encoded again."""
+    worker: most columns hold one value down the batch) is not encoded again, and a column of
+    one value throughout is one element repeated (``_repeated``)."""
+    repeated = _repeated(TextArray, values)
+    if repeated is not None:
+        return repeated
     parts: list[bytes] = []
     append = parts.append
     pack = _LENGTH.pack
@@ -95,6 +125,9 @@ def text_array(values: Sequence[str | None]) -> PgArray:
 
 def fixed_array(kind: type[PgArray], values: Sequence[Any]) -> PgArray:
     """An integer (int4) or float8 array, each value coerced to the column's Python type."""
+    repeated = _repeated(kind, values)
+    if repeated is not None:
+        return repeated
     packing, width, coerce = _FIXED[kind]
     pack = packing.pack
     parts: list[bytes] = []

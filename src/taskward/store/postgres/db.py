@@ -36,7 +36,7 @@ from taskward.store.guarded import (
     build_run_update_many_audited,
 )
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
-from taskward.store.pgarrays import ARRAY_TYPES, PgArray, pg_array
+from taskward.store.pgarrays import ARRAY_TYPES, PgArray, pg_array, text_array
 from taskward.store.port import ConcurrencyKeyBusy, Params, Row, RunUpdate
 from taskward.store.queries import load_queries, many_columns, to_pyformat
 from taskward.store.retry import Backoff, Streak
@@ -289,8 +289,10 @@ class _PgTx:
         return await self._compare_and_swap(sql, params)
 
     async def claim_queued(self, params: Mapping[str, Any]) -> list[Row]:
-        """``run_claim_batch``: a claim pass's first page and its transitions, one statement."""
-        return await self.fetchall("run_claim_batch", params)
+        """``run_claim_batch``: a claim pass's first page and its transitions, one statement
+        (its new rows' ids as binary text arrays, not through psycopg's list dumper)."""
+        ids = {name: text_array(params[name]) for name in ("fact_ids", "event_ids")}
+        return await self.fetchall("run_claim_batch", {**params, **ids})
 
     async def _compare_and_swap(self, sql: str, params: dict[str, Any]) -> list[Row]:
         """A guarded update's rows; a second running row of a serialization key (the unique
