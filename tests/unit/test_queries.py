@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 
 import pytest
 
 from taskward.store.migrate import load_migrations
-from taskward.store.queries import load_queries, parse_queries, to_pyformat
+from taskward.store.queries import load_queries, parse_queries, to_positional, to_pyformat
 
 # Statements only PostgreSQL has: SQLite has no data-modifying CTEs, so its claim pass is
 # always the paged one (claims.claim_pass).
@@ -27,6 +28,28 @@ def test_parser_splits_named_blocks_and_rejects_duplicates() -> None:
 
 def test_pyformat_rewrites_binds_and_keeps_casts() -> None:
     assert to_pyformat("SELECT :a::jsonb, x::text, '%'") == "SELECT %(a)s::jsonb, x::text, '%%'"
+
+
+def test_positional_numbers_binds_with_now_first_and_skips_comments() -> None:
+    text, names = to_positional("-- uses :ignored\nSELECT :b, :now, :a, :b, ':' || :a")
+    assert text == "SELECT ?2, ?1, ?3, ?2, ':' || ?3"
+    assert names == ("now", "b", "a")
+    assert to_positional("SELECT :x") == ("SELECT ?1", ("x",))
+
+
+@pytest.mark.parametrize("name", sorted(load_queries("sqlite")))
+def test_every_sqlite_statement_reads_the_same_by_position(name: str) -> None:
+    """Put each ``?N`` back as the N-th name: the statement is its named self, comments aside
+    (SQLite's set-based writes bind by position, store.sqlite.db)."""
+    text, names = to_positional(load_queries("sqlite")[name])
+    named = re.sub(r"\?(\d+)", lambda m: ":" + names[int(m.group(1)) - 1], text)
+    code = "\n".join(
+        line.strip()
+        for line in load_queries("sqlite")[name].splitlines()
+        if line.strip() and not line.strip().startswith("--")
+    )
+    assert named == code
+    assert ("now" in names) == (names[:1] == ("now",))
 
 
 def test_migrations_are_gap_free_and_numbered_alike() -> None:
