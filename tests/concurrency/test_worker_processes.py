@@ -196,7 +196,8 @@ async def _status_is(db: StateDB, task_id: str, status: str) -> bool:
 
 async def test_a_worker_process_runs_with_its_collector_tuned(db: StateDB, db_url: str) -> None:
     """`taskward worker` freezes what start-up made and raises the collector's first threshold
-    (cli.common.tune_gc); the task function reports what it finds in its own process."""
+    (cli.common.tune_gc) and runs on uvloop (cli.common.new_event_loop); the task function
+    reports what it finds in its own process."""
     import ast
 
     from taskward.cli.common import GC_FIRST_THRESHOLD
@@ -210,3 +211,4 @@ async def test_a_worker_process_runs_with_its_collector_tuned(db: StateDB, db_ur
     state = ast.literal_eval(returned)
     assert state["first_threshold"] == GC_FIRST_THRESHOLD
     assert state["frozen"] > 10_000
+    assert state["loop"].startswith("uvloop."), state["loop"]

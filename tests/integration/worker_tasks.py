@@ -63,8 +63,14 @@ async def nap_marked(marker: str, seconds: float) -> None:
 
 
 @taskward.task()
-async def gc_state() -> dict[str, int]:
-    """The worker process's collector settings, as its return value (cli.common.tune_gc)."""
+async def gc_state() -> dict[str, int | str]:
+    """The worker process's collector settings and event loop, as its return value
+    (cli.common.tune_gc, cli.common.new_event_loop)."""
     import gc
 
-    return {"first_threshold": gc.get_threshold()[0], "frozen": gc.get_freeze_count()}
+    loop = type(asyncio.get_running_loop())
+    return {
+        "first_threshold": gc.get_threshold()[0],
+        "frozen": gc.get_freeze_count(),
+        "loop": f"{loop.__module__}.{loop.__qualname__}",
+    }
