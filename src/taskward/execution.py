@@ -23,11 +23,11 @@ from taskward.capabilities import serialization_tokens
 from taskward.claims import Lease
 from taskward.groupcommit import GroupCommit
 from taskward.ids import new_id
-from taskward.models import Actor, StateReason, TransitionRequest, TransitionResult
+from taskward.models import Actor, TransitionResult
 from taskward.oslocks import LockTimeout, machine_locks
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.store.port import Row, StateDB
-from taskward.transitions import Built, transition_at
+from taskward.transitions import TerminalBuild, transition_at
 
 log = logging.getLogger("taskward.execution")
 
@@ -177,28 +177,18 @@ def finish_build(
     actor: Actor,
     evidence_refs: list[dict[str, Any]] | None = None,
     key_suffix: str = "finish",
-) -> Callable[[float], Built]:
+) -> TerminalBuild:
     """The guarded transition out of ``running`` under ``lease``, built at the operation's
     time (``transitions.transition_at`` and ``transitions.apply_built`` take it)."""
-
-    def build(at: float) -> Built:
-        resolved = outcome(at) if callable(outcome) else outcome
-        request = TransitionRequest(
-            entity_id=lease.task_id,
-            from_state="running",
-            to_state=resolved.to_state,
-            reason=StateReason(
-                code=resolved.reason_code,
-                summary=resolved.summary,
-                evidence_refs=evidence_refs or [],
-                metadata=resolved.metadata,
-            ),
-            actor=actor,
-            idempotency_key=f"{key_suffix}:{lease.lease_id}",
-        )
-        return request, lease.guard(), resolved.patch
-
-    return build
+    return TerminalBuild(
+        entity_id=lease.task_id,
+        guard=lease.guard(),
+        lease_id=lease.lease_id,
+        outcome=outcome,
+        actor=actor,
+        evidence_refs=evidence_refs or [],
+        key_suffix=key_suffix,
+    )
 
 
 async def finish_run(

@@ -15,9 +15,17 @@ task event commit in one transaction, or none of them do.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, NamedTuple
+from functools import lru_cache
+from typing import Any, Final, NamedTuple, Protocol
 
-from taskward.canonical import content_hash, dumps, json_string, plain_canonical_json, text_hash
+from taskward.canonical import (
+    content_hash,
+    dumps,
+    json_string,
+    loads,
+    plain_canonical_json,
+    text_hash,
+)
 from taskward.errors import InvalidTransition, TaskNotFound, TransitionIdempotencyConflict
 from taskward.groupcommit import GroupCommit
 from taskward.ids import new_id
@@ -625,10 +633,284 @@ async def transition_at(
 async def apply_built(tx: Tx, builds: list[Callable[[float], Built]]) -> list[TransitionResult]:
     """Build each transition at ``tx``'s time, check it statically, and apply them all
     set-based (GroupCommit's combine for ``transition_at``). A replayed idempotency key raises
-    ``KeyAlreadyUsed``: the caller's transaction is then rolled back whole."""
+    ``KeyAlreadyUsed``: the caller's transaction is then rolled back whole.
+
+    A group of ``TerminalBuild`` items that share one outcome goes, on a store that writes
+    audit rows in its statements, through ``AuditingTx.finish_running`` (``_apply_finishes``);
+    anything else, and anything that path declines, through ``apply_transitions``. Each
+    outcome is resolved once either way."""
+    now = tx.now
+    if builds and all(type(build) is TerminalBuild for build in builds):
+        terminals: list[TerminalBuild] = builds  # type: ignore[assignment]
+        resolved = [terminal.resolve(now) for terminal in terminals]
+        auditing = tx.auditing()
+        if auditing is not None:
+            finished = await _apply_finishes(auditing, terminals, resolved)
+            if finished is not None:
+                return finished
+        built = [
+            terminal.built(outcome) for terminal, outcome in zip(terminals, resolved, strict=True)
+        ]
+    else:
+        built = [build(now) for build in builds]
     prepared: list[Prepared] = []
-    for build in builds:
-        request, guard, patch = build(tx.now)
+    for request, guard, patch in built:
         _check_static(request, guard, patch)
         prepared.append((request, guard, patch, request_hash(request)))
     return [result for result, _ in await apply_transitions(tx, prepared)]
+
+
+# -- terminal transitions of a group, set-based in the store (PostgreSQL) -----------------------
+
+
+class Resolved(Protocol):
+    """What a terminal build's outcome resolves to (``execution.Outcome``)."""
+
+    @property
+    def to_state(self) -> str: ...
+    @property
+    def reason_code(self) -> str: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def patch(self) -> dict[str, Any]: ...
+    @property
+    def metadata(self) -> dict[str, Any]: ...
+
+
+class TerminalBuild:
+    """A guarded transition out of ``running`` under a lease, built at the operation's time
+    (``execution.finish_build``). A build like any other (called with the time, it answers
+    ``Built``); ``apply_built`` also reads its parts, so that a group of them is written
+    without a request model, a static check and a canonical text per item."""
+
+    __slots__ = ("actor", "entity_id", "evidence_refs", "guard", "key", "outcome")
+
+    def __init__(
+        self,
+        *,
+        entity_id: str,
+        guard: dict[str, Any],
+        lease_id: str,
+        outcome: Resolved | Callable[[float], Resolved],
+        actor: Actor,
+        evidence_refs: list[dict[str, Any]],
+        key_suffix: str,
+    ) -> None:
+        self.entity_id = entity_id
+        self.guard = guard
+        self.key = f"{key_suffix}:{lease_id}"
+        self.outcome = outcome
+        self.actor = actor
+        self.evidence_refs = evidence_refs
+
+    def resolve(self, at: float) -> Resolved:
+        """The outcome at ``at`` (an outcome given as a function of the time is called once)."""
+        outcome = self.outcome
+        return outcome(at) if callable(outcome) else outcome
+
+    def built(self, resolved: Resolved) -> Built:
+        request = TransitionRequest(
+            entity_id=self.entity_id,
+            from_state="running",
+            to_state=resolved.to_state,
+            reason=StateReason(
+                code=resolved.reason_code,
+                summary=resolved.summary,
+                evidence_refs=self.evidence_refs,
+                metadata=resolved.metadata,
+            ),
+            actor=self.actor,
+            idempotency_key=self.key,
+        )
+        return request, self.guard, resolved.patch
+
+    def __call__(self, at: float) -> Built:
+        return self.built(self.resolve(at))
+
+
+# The patch of every terminal outcome (execution.outcome_for), in its order; the statement sets
+# ended_at to the transaction's time and error_detail and invocation_id to NULL, so only
+# outcomes holding exactly that take it.
+_FINISH_PATCH: Final = ("ended_at", "exit_code", "error_detail", "invocation_id")
+_EVIDENCE_MARK: Final = "@evidence@"
+
+
+@lru_cache(maxsize=64)
+def finish_template(
+    actor: Actor, key_head: str, to_state: str, reason_code: str, summary: str, metadata: str
+) -> dict[str, Any] | None:
+    """What ``AuditingTx.finish_running`` needs to write a group's ``running -> to_state``
+    transitions without a request per row: the request (``metadata`` as its canonical JSON,
+    the key ``key_head`` then the attempt) is built once with markers for the row's id,
+    attempt and evidence, checked as ``apply_built`` checks each (raising as it would), and its
+    canonical text cut around the markers, so the store hashes exactly the text
+    ``request_hash`` would. None when it cannot be cut that way."""
+    request = TransitionRequest(
+        entity_id=_ENTITY_MARK,
+        from_state="running",
+        to_state=to_state,
+        reason=StateReason(
+            code=reason_code,
+            summary=summary,
+            evidence_refs=[{"kind": _EVIDENCE_MARK}],
+            metadata=loads(metadata),
+        ),
+        actor=actor,
+        idempotency_key=key_head + _ATTEMPT_MARK,
+    )
+    guard = {"leased_by": "", "lease_expires_at": 0.0, "lease_attempts": 0}
+    _check_static(request, guard, dict.fromkeys(_FINISH_PATCH))
+    text = _request_text(request)
+    evidence = plain_canonical_json(request.reason.evidence_refs)
+    if text is None or evidence is None:
+        return None
+    head, entity, rest = text.partition(json_string(_ENTITY_MARK))
+    middle, attempt, rest = rest.partition(_ATTEMPT_MARK)
+    between, refs, tail = rest.partition(evidence)
+    pieces = (head, middle, between, tail, key_head, summary, metadata)
+    marks = (_ENTITY_MARK, _ATTEMPT_MARK, _EVIDENCE_MARK)
+    if not (entity and attempt and refs) or any(m in p for p in pieces for m in marks):
+        return None
+    return {
+        "entity_type": request.entity_type,
+        "from_state": "running",
+        "to_state": to_state,
+        "reason_code": reason_code,
+        "summary": summary,
+        "metadata": dumps(request.reason.metadata),
+        "source": actor.type,
+        "actor": actor.label(),
+        "key_head": key_head,
+        "key_tail": "",
+        "hash_0": head,
+        "hash_1": middle,
+        "hash_2": between,
+        "hash_3": tail,
+    }
+
+
+def _finish_params(
+    terminals: Sequence[TerminalBuild], resolved: Sequence[Resolved], now: float
+) -> tuple[dict[str, Any], str] | None:
+    """``finish_running``'s parameters for the group, and its key head; None unless every item
+    moves out of ``running`` to one outcome (state, reason, summary, metadata) under a lease of
+    one owner, with the terminal patch at ``now`` and no error detail or invocation id, plain
+    JSON evidence, and a run of its own."""
+    first_terminal, first = terminals[0], resolved[0]
+    metadata = plain_canonical_json(first.metadata)
+    leased_by = first_terminal.guard.get("leased_by")
+    if metadata is None or not isinstance(leased_by, str):
+        return None
+    suffix = first_terminal.key.partition(":")[0]
+    key_head = f"{suffix}:{leased_by}/"
+    outcome = (first.to_state, first.reason_code, first.summary)
+    ids: list[str] = []
+    attempts: list[int] = []
+    expiries: list[float] = []
+    exit_codes: list[int | None] = []
+    evidence: list[str] = []
+    for terminal, item in zip(terminals, resolved, strict=True):
+        guard, patch = terminal.guard, item.patch
+        attempt, expiry = guard.get("lease_attempts"), guard.get("lease_expires_at")
+        exit_code = patch.get("exit_code")
+        refs = plain_canonical_json(terminal.evidence_refs)
+        if (
+            (item.to_state, item.reason_code, item.summary) != outcome
+            or item.metadata != first.metadata
+            or terminal.actor != first_terminal.actor
+            or tuple(guard) != ("leased_by", "lease_expires_at", "lease_attempts")
+            or guard["leased_by"] != leased_by
+            or type(attempt) is not int
+            or type(expiry) is not float
+            or terminal.key != f"{key_head}{attempt}"
+            or tuple(patch) != _FINISH_PATCH
+            or patch["ended_at"] != now
+            or patch["error_detail"] is not None
+            or patch["invocation_id"] is not None
+            or (exit_code is not None and type(exit_code) is not int)
+            or refs is None
+        ):
+            return None
+        ids.append(terminal.entity_id)
+        attempts.append(attempt)
+        expiries.append(expiry)
+        exit_codes.append(exit_code)
+        evidence.append(refs)
+    if len(set(ids)) != len(ids):
+        return None
+    params = {
+        "now": now,
+        "worker_id": leased_by,
+        "ids": ids,
+        "attempts": attempts,
+        "expiries": expiries,
+        "exit_codes": exit_codes,
+        "evidence": evidence,
+    }
+    return params, key_head
+
+
+async def _apply_finishes(
+    tx: AuditingTx, terminals: Sequence[TerminalBuild], resolved: Sequence[Resolved]
+) -> list[TransitionResult] | None:
+    """``apply_transitions`` for a group of terminal builds in one ``finish_running``
+    statement, each with its own compare-and-swap, fact, event and notification; None when the
+    group does not fit it (``_finish_params``, ``finish_template``): the caller then applies
+    it item by item's request. A row the compare-and-swap did not change gets ``_lost``'s
+    answer; a taken transition key raises KeyAlreadyUsed."""
+    found = _finish_params(terminals, resolved, tx.now)
+    if found is None:
+        return None
+    params, key_head = found
+    first = resolved[0]
+    metadata = plain_canonical_json(first.metadata)
+    assert metadata is not None  # _finish_params checked it
+    template = finish_template(
+        terminals[0].actor, key_head, first.to_state, first.reason_code, first.summary, metadata
+    )
+    if template is None:
+        return None
+    count = len(terminals)
+    new = [new_id() for _ in range(3 * count)]
+    fact_ids, event_ids = new[:count], new[count : 2 * count]
+    outbox_ids = new[2 * count :] if is_terminal(first.to_state) else [None] * count
+    rows = await tx.finish_running(
+        {
+            **template,
+            **params,
+            "fact_ids": fact_ids,
+            "event_ids": event_ids,
+            "outbox_ids": outbox_ids,
+        }
+    )
+    written = {row["id"]: row["fact_written"] for row in rows}
+    results: list[TransitionResult] = []
+    for terminal, item, fact_id, event_id in zip(
+        terminals, resolved, fact_ids, event_ids, strict=True
+    ):
+        fact_written = written.get(terminal.entity_id)
+        if fact_written is None:
+            request, _, _ = terminal.built(item)
+            results.append(await _lost(tx, request, request_hash(request), fact_id))
+            continue
+        if not fact_written:
+            raise KeyAlreadyUsed(terminal.key)
+        results.append(
+            constructed(
+                TransitionResult,
+                {
+                    "applied": True,
+                    "conflict": False,
+                    "previous_state": "running",
+                    "current_state": first.to_state,
+                    "transition_id": fact_id,
+                    "event_id": event_id,
+                    "replayed": False,
+                },
+                _APPLIED_FIELDS,
+            )
+        )
+    if first.to_state == "queued" and any(result.applied for result in results):
+        tx.notify("queued")  # as apply_transitions: wake idle workers for what was queued
+    return results

@@ -169,7 +169,7 @@ class _RecordingTx:
         # Named statements must pass through a recording method above: a new Tx method that
         # runs them would otherwise go unrecorded and its commits would cross no boundary
         # (the long-form crash cases then wait for a crash that never comes).
-        if name.startswith(("fetch", "execute", "write", "claim")):
+        if name.startswith(("fetch", "execute", "write", "claim", "finish")):
             raise AttributeError(f"_RecordingTx does not record Tx.{name}: wrap it")
         return getattr(self._tx, name)
 
@@ -234,6 +234,22 @@ class _RecordingTx:
                     "previous_status": from_state,
                     "status": values["status"],
                     "idempotency_key": audit["idempotency_key"],
+                }
+                self._recording.add("fact_insert", fact, [fact])
+        return rows
+
+    async def finish_running(self, params: Mapping[str, Any]) -> Any:
+        """Recorded as the fact inserts it made, one ``fact_insert`` per fact written
+        (PostgreSQL writes a group's terminal transitions in one statement)."""
+        rows = await self._tx.finish_running(params)
+        written = {row["id"] for row in rows if row.get("fact_written")}
+        for run_id, attempt in zip(params["ids"], params["attempts"], strict=True):
+            if run_id in written:
+                fact = {
+                    "entity_id": run_id,
+                    "previous_status": params["from_state"],
+                    "status": params["to_state"],
+                    "idempotency_key": f"{params['key_head']}{attempt}{params['key_tail']}",
                 }
                 self._recording.add("fact_insert", fact, [fact])
         return rows

@@ -169,6 +169,126 @@ async def test_the_one_statement_claim_writes_what_the_paged_pass_writes(
         assert one_statement[table] == paged_rows[table], table
 
 
+async def test_a_group_of_terminal_builds_writes_what_the_item_by_item_path_writes(
+    stores: Any, backend: str
+) -> None:
+    """PostgreSQL writes a group of terminal builds sharing one outcome in one statement
+    (run_finish_batch: the request hash in SQL, one value where the group has one); any other
+    group, or any store without it, goes item by item through apply_transitions. Two stores,
+    the same claimed tasks finished at the same time one way each, must hold the same rows
+    column by column: runs, facts (each request hash recomputed from the request the item path
+    builds), events and notifications, and answer the same results. The group mixes evidence
+    (none from the adapter, a return value with non-ASCII text), an exit code of 3, and one
+    lease that is no longer the row's (a lost compare-and-swap: a conflict, nothing written)."""
+    if backend != "postgres":
+        pytest.skip("SQLite writes every group item by item")
+    from taskward.execution import finish_build, outcome_for
+    from taskward.transitions import TerminalBuild, apply_built, request_hash
+
+    worker = spec("host:é-1")
+    actor = Actor(type="system", id="host:é-1")
+    results_by_path: dict[str, list[Any]] = {}
+
+    async def finished(fast: bool) -> tuple[list[Any], dict[str, list[Any]]]:
+        async with taskward.open_db(stores.new_url()) as db:
+            ids = [await submit(db, "nap", {"seconds": 0}, now=T0 + i) for i in range(4)]
+            leases = await claim_runs(db, worker, now=T0 + 10)
+            evidence: list[list[dict[str, Any]]] = [
+                [],
+                [{"kind": "return_value", "repr": "'\u00e9\u6f22 \"q\"'"}],
+                [],
+                [],
+            ]
+            builds: list[Any] = []
+            for n, lease in enumerate(leases):
+                if n == 3:  # a lease the row no longer holds: its compare-and-swap is lost
+                    lease = Lease(**{**lease.__dict__, "lease_expires_at": 1.0})
+                result = TaskExecutionResult(
+                    status="completed", exit_code=3 if n == 2 else 0, evidence_refs=evidence[n]
+                )
+
+                def outcome(at: float, result: Any = result, lease: Lease = lease) -> Any:
+                    return outcome_for(
+                        result,
+                        lease,
+                        max_attempts=5,
+                        cancel_requested=False,
+                        now=at,
+                        policy=RetryPolicy(),
+                    )
+
+                refs = [*evidence[n], {"kind": "summary", "session_key": f"{lease.task_id}:1"}]
+                build = finish_build(
+                    lease, outcome, actor=actor, evidence_refs=refs, key_suffix="ack"
+                )
+                assert type(build) is TerminalBuild
+                builds.append(build if fast else (lambda at, b=build: b(at)))
+            async with db.transaction(now=T0 + 20) as tx:
+                results = await apply_built(tx, builds)
+            results_by_path["fast" if fast else "items"] = results
+            async with db.connection() as conn:  # type: ignore[attr-defined]
+                tables = {}
+                for table, key, skip in (
+                    ("schedule_runs", "id", {"id", "idempotency_key", "application_hash"}),
+                    ("status_transitions", "entity_id", {"id", "event_id", "request_hash"}),
+                    ("task_events", "task_id", {"id", "transition_id"}),
+                    (
+                        "dispatch_outbox",
+                        "schedule_run_id",
+                        {"id", "dedup_key", "transition_id"},
+                    ),
+                ):
+                    cur = await conn.execute(
+                        f"SELECT * FROM {table} WHERE {key} = ANY(%s) ORDER BY {key}", (ids,)
+                    )
+                    rows = await cur.fetchall()
+                    if table == "status_transitions":
+                        for fact in rows:
+                            if fact["previous_status"] != "running":
+                                continue  # the claim's fact
+                            build = builds[ids.index(fact["entity_id"])]
+                            request, _, _ = build(T0 + 20)
+                            assert fact["request_hash"] == request_hash(request)
+                    if table == "dispatch_outbox":
+                        for note in rows:
+                            assert note["dedup_key"] == f"task-terminal:{note['transition_id']}"
+                    tables[table] = sorted(
+                        (
+                            (key, ids.index(row[key])),
+                            *(
+                                (name, _numbered(repr(value), ids))
+                                for name, value in sorted(row.items())
+                                if name not in skip and name != key
+                            ),
+                        )
+                        for row in rows
+                    )
+            return ids, tables
+
+    def _numbered(text: str, ids: list[str]) -> str:
+        """Each task id inside a value (a summary's session key) as its place."""
+        for place, task_id in enumerate(ids):
+            text = text.replace(task_id, f"<task {place}>")
+        return text
+
+    _, fast = await finished(True)
+    _, items = await finished(False)
+    assert len(fast["status_transitions"]) == 4 + 3  # 4 claims, 3 terminal facts
+    assert len(fast["dispatch_outbox"]) == 3
+    for table in fast:
+        assert fast[table] == items[table], table
+    shape = [
+        (r.applied, r.conflict, r.previous_state, r.current_state, r.replayed)
+        for r in results_by_path["fast"]
+    ]
+    assert shape == [
+        (r.applied, r.conflict, r.previous_state, r.current_state, r.replayed)
+        for r in results_by_path["items"]
+    ]
+    assert shape[3] == (False, True, "running", "running", False)  # lost: the row stays
+    assert all(r.event_id for r in results_by_path["fast"][:3])
+
+
 async def test_two_claimers_never_share_a_row(db: StateDB, db_url: str) -> None:
     ids = {await submit(db) for _ in range(30)}
     other = await taskward.open_db(db_url)

@@ -12,7 +12,7 @@ from taskward.store.queries import load_queries, parse_queries, to_positional, t
 
 # Statements only PostgreSQL has: SQLite has no data-modifying CTEs, so its claim pass is
 # always the paged one (claims.claim_pass).
-POSTGRES_ONLY = {"run_claim_batch"}
+POSTGRES_ONLY = {"run_claim_batch", "run_finish_batch"}
 
 
 def test_both_dialects_define_the_same_query_names() -> None:

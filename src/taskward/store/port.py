@@ -178,6 +178,14 @@ class AuditingTx(Tx, Protocol):
         """
         ...
 
+    async def finish_running(self, params: Mapping[str, Any]) -> list[Row]:
+        """A group's terminal transitions out of ``running`` that share one outcome, in one
+        statement (``transitions.apply_built`` builds ``params`` from a ``finish_template``):
+        for each row, its guarded compare-and-swap under its lease, its fact, event and
+        notification, as ``run_update_many_audited`` writes them. Returns the changed rows'
+        ``id``, ``fact_id``, ``event_id`` and ``fact_written``, in no particular order."""
+        ...
+
     async def claim_queued(self, params: Mapping[str, Any]) -> list[Row]:
         """One claim pass in one statement (``transitions.apply_claims`` builds ``params``):
         the first page of claim candidates, locked, and for each row taken in page order its

@@ -175,6 +175,19 @@ def _translate() -> Iterator[None]:
         raise StoreUnavailable(f"PostgreSQL unavailable, retry later: {exc}") from exc
 
 
+# run_finish_batch's per-row parameters and their array types.
+_FINISH_ARRAYS: Final = (
+    ("ids", "text"),
+    ("attempts", "integer"),
+    ("expiries", "float8"),
+    ("exit_codes", "integer"),
+    ("evidence", "text"),
+    ("fact_ids", "text"),
+    ("event_ids", "text"),
+    ("outbox_ids", "text"),
+)
+
+
 class _PgTx:
     def __init__(self, conn: AsyncConn, now: float) -> None:
         self._conn = conn
@@ -287,6 +300,12 @@ class _PgTx:
     ) -> list[Row]:
         sql, params = build_run_update_many_audited(items, audits, returning, now=self.now)
         return await self._compare_and_swap(sql, params)
+
+    async def finish_running(self, params: Mapping[str, Any]) -> list[Row]:
+        """``run_finish_batch``: a group's terminal transitions, one statement (its per-row
+        columns as binary arrays)."""
+        arrays = {name: pg_array(pg_type, params[name]) for name, pg_type in _FINISH_ARRAYS}
+        return await self.fetchall("run_finish_batch", {**params, **arrays})
 
     async def claim_queued(self, params: Mapping[str, Any]) -> list[Row]:
         """``run_claim_batch``: a claim pass's first page and its transitions, one statement

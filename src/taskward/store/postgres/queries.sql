@@ -246,6 +246,79 @@ FROM (SELECT (SELECT count(*) FROM page) AS page_rows,
              (SELECT stale FROM ctx) AS stale) m
 LEFT JOIN u ON true;
 
+-- name: run_finish_batch
+-- A group commit's terminal transitions out of running under their leases, in one statement
+-- (transitions.apply_built for execution.TerminalBuild items that share one outcome and a
+-- finish_template): the work the audited compare-and-swap takes in per-row arrays of every
+-- column, with what is one value for the whole group as one value. Each row keeps its own
+-- compare-and-swap (its id, running, the lease's owner, expiry and attempt), its own fact, event
+-- and notification, exactly as the audited statement writes them (a test compares the rows):
+-- v: each row's id, attempt, lease expiry, exit code, evidence (its canonical JSON, and as
+--   jsonb once), new ids, and the status it compares (a column, so that the planner matches by primary key, never
+--   by a partial index over every running row);
+-- fact: the request hash is the canonical request text cut around the row's id, attempt and
+--   evidence (finish_template), hashed here; a taken transition key inserts no fact and
+--   fact_written says so (the caller rolls back).
+WITH v AS MATERIALIZED (
+  SELECT r.*, r.evidence::jsonb AS refs, :from_state::text AS g_status
+  FROM unnest(:ids::text[], :attempts::integer[], :expiries::float8[], :exit_codes::integer[],
+              :evidence::text[], :fact_ids::text[], :event_ids::text[], :outbox_ids::text[])
+    AS r(g_id, g_attempt, g_expiry, exit_code, evidence, fact_id, event_id, outbox_id)
+), u AS (
+  UPDATE schedule_runs SET
+    status = :to_state::text, updated_at = :now::float8,
+    status_reason_code = :reason_code::text, status_reason_summary = :summary::text,
+    status_evidence_refs = v.refs, ended_at = :now::float8,
+    exit_code = v.exit_code, error_detail = NULL, invocation_id = NULL
+  FROM v
+  WHERE schedule_runs.id = v.g_id AND schedule_runs.status = v.g_status
+    AND schedule_runs.leased_by = :worker_id::text
+    AND schedule_runs.lease_expires_at = v.g_expiry
+    AND schedule_runs.lease_attempts = v.g_attempt
+  RETURNING schedule_runs.id, schedule_runs.leased_by, schedule_runs.lease_attempts,
+            v.g_attempt, v.evidence, v.refs, v.fact_id, v.event_id, v.outbox_id
+), fact AS (
+  INSERT INTO status_transitions (
+    id, entity_type, entity_id, previous_status, status, reason_code, reason_summary,
+    evidence_refs, source, actor, created_at, metadata, idempotency_key, request_hash,
+    event_id, lease_id
+  )
+  SELECT fact_id, :entity_type::text, id, :from_state::text, :to_state::text,
+         :reason_code::text, :summary::text, refs, :source::text, :actor::text,
+         :now::float8, :metadata::jsonb, :key_head::text || g_attempt || :key_tail::text,
+         'sha256:' || encode(sha256(convert_to(
+           :hash_0::text || to_json(id)::text || :hash_1::text || g_attempt || :hash_2::text
+           || evidence || :hash_3::text, 'UTF8')), 'hex'),
+         event_id, :worker_id::text || '/' || g_attempt
+  FROM u
+  ON CONFLICT (entity_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+  RETURNING entity_id
+), event AS (
+  INSERT INTO task_events (id, task_id, kind, transition_id, status, payload, created_at)
+  SELECT event_id, id, 'transition', fact_id, :to_state::text,
+         jsonb_build_object('from', :from_state::text, 'to', :to_state::text,
+                            'reason_code', :reason_code::text, 'actor', :actor::text),
+         :now::float8
+  FROM u
+), notification AS (
+  INSERT INTO dispatch_outbox (
+    id, kind, dedup_key, schedule_run_id, transition_id, body, status, attempts, max_attempts,
+    next_attempt_at, created_at, updated_at, expires_at
+  )
+  SELECT outbox_id, 'task_terminal', 'task-terminal:' || fact_id, id, fact_id,
+         jsonb_build_object('status', :to_state::text,
+                            'reason', jsonb_build_object('code', :reason_code::text,
+                                                         'summary', :summary::text),
+                            'evidence_refs', refs),
+         'pending', 0, 10, :now::float8, :now::float8, :now::float8, :now::float8 + 604800.0
+  FROM u
+  WHERE outbox_id IS NOT NULL
+  ON CONFLICT (dedup_key) DO NOTHING
+)
+SELECT u.id, u.fact_id, u.event_id,
+       EXISTS (SELECT 1 FROM fact WHERE fact.entity_id = u.id) AS fact_written
+FROM u;
+
 -- name: run_expired_leases
 -- Running rows whose lease expired strictly before :now (R6).
 SELECT id, leased_by, lease_expires_at, lease_attempts, cancel_requested_at FROM schedule_runs
