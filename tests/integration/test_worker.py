@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -98,6 +99,50 @@ async def test_claim_writes_lease_fields_and_covers_the_deadline(db: StateDB) ->
     assert leases[long].lease_id == "host:aaaaaaaa/1"
 
 
+# What a row of each table is compared on across two stores: the table, the column naming its
+# task, and the columns that differ by construction (new ids, and what is made of them).
+_AUDIT_TABLES: Final = (
+    ("schedule_runs", "id", frozenset({"id", "idempotency_key", "application_hash"})),
+    ("status_transitions", "entity_id", frozenset({"id", "event_id", "request_hash"})),
+    ("task_events", "task_id", frozenset({"id", "transition_id"})),
+    ("dispatch_outbox", "schedule_run_id", frozenset({"id", "dedup_key", "transition_id"})),
+)
+
+
+async def _comparable_rows(
+    db: StateDB, ids: list[str], tables: Sequence[tuple[str, str, frozenset[str]]]
+) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    """The rows of ``ids``' tasks in each table, as comparable values (each task as its place in
+    ``ids``, also inside values such as a summary's session key; the skipped columns left out)
+    and as read."""
+    comparable: dict[str, list[Any]] = {}
+    raw: dict[str, list[Any]] = {}
+    async with db.connection() as conn:  # type: ignore[attr-defined]
+        for table, key, skip in tables:
+            cur = await conn.execute(
+                f"SELECT * FROM {table} WHERE {key} = ANY(%s) ORDER BY {key}", (ids,)
+            )
+            raw[table] = rows = await cur.fetchall()
+            comparable[table] = sorted(
+                (
+                    (key, ids.index(row[key])),
+                    *(
+                        (name, _numbered(repr(value), ids))
+                        for name, value in sorted(row.items())
+                        if name not in skip and name != key
+                    ),
+                )
+                for row in rows
+            )
+    return comparable, raw
+
+
+def _numbered(text: str, ids: list[str]) -> str:
+    for place, task_id in enumerate(ids):
+        text = text.replace(task_id, f"<task {place}>")
+    return text
+
+
 async def test_the_one_statement_claim_writes_what_the_paged_pass_writes(
     stores: Any, backend: str
 ) -> None:
@@ -133,33 +178,11 @@ async def test_the_one_statement_claim_writes_what_the_paged_pass_writes(
                     row["lease_expires_at"],
                     row["deadline_at"],
                 )
-            async with db.connection() as conn:  # type: ignore[attr-defined]
-                tables = {}
-                for table, key, skip in (
-                    ("schedule_runs", "id", {"id", "idempotency_key", "application_hash"}),
-                    ("status_transitions", "entity_id", {"id", "event_id", "request_hash"}),
-                    ("task_events", "task_id", {"id", "transition_id"}),
-                ):
-                    cur = await conn.execute(
-                        f"SELECT * FROM {table} WHERE {key} = ANY(%s) ORDER BY {key}", (ids,)
-                    )
-                    rows = await cur.fetchall()
-                    if table == "status_transitions":
-                        for fact in rows:  # the hash of the request the paged pass builds
-                            attempt = int(fact["lease_id"].rpartition("/")[2])
-                            request = _claim_transition(worker, fact["entity_id"], attempt)
-                            assert fact["request_hash"] == request_hash(request)
-                    tables[table] = sorted(
-                        (
-                            (key, ids.index(row[key])),
-                            *(
-                                (name, repr(value))
-                                for name, value in sorted(row.items())
-                                if name not in skip and name != key
-                            ),
-                        )
-                        for row in rows
-                    )
+            tables, raw = await _comparable_rows(db, ids, _AUDIT_TABLES[:3])
+            for fact in raw["status_transitions"]:  # the hash of the paged pass's request
+                attempt = int(fact["lease_id"].rpartition("/")[2])
+                request = _claim_transition(worker, fact["entity_id"], attempt)
+                assert fact["request_hash"] == request_hash(request)
             return ids, tables
 
     _, one_statement = await claimed(worker)
@@ -226,50 +249,14 @@ async def test_a_group_of_terminal_builds_writes_what_the_item_by_item_path_writ
             async with db.transaction(now=T0 + 20) as tx:
                 results = await apply_built(tx, builds)
             results_by_path["fast" if fast else "items"] = results
-            async with db.connection() as conn:  # type: ignore[attr-defined]
-                tables = {}
-                for table, key, skip in (
-                    ("schedule_runs", "id", {"id", "idempotency_key", "application_hash"}),
-                    ("status_transitions", "entity_id", {"id", "event_id", "request_hash"}),
-                    ("task_events", "task_id", {"id", "transition_id"}),
-                    (
-                        "dispatch_outbox",
-                        "schedule_run_id",
-                        {"id", "dedup_key", "transition_id"},
-                    ),
-                ):
-                    cur = await conn.execute(
-                        f"SELECT * FROM {table} WHERE {key} = ANY(%s) ORDER BY {key}", (ids,)
-                    )
-                    rows = await cur.fetchall()
-                    if table == "status_transitions":
-                        for fact in rows:
-                            if fact["previous_status"] != "running":
-                                continue  # the claim's fact
-                            build = builds[ids.index(fact["entity_id"])]
-                            request, _, _ = build(T0 + 20)
-                            assert fact["request_hash"] == request_hash(request)
-                    if table == "dispatch_outbox":
-                        for note in rows:
-                            assert note["dedup_key"] == f"task-terminal:{note['transition_id']}"
-                    tables[table] = sorted(
-                        (
-                            (key, ids.index(row[key])),
-                            *(
-                                (name, _numbered(repr(value), ids))
-                                for name, value in sorted(row.items())
-                                if name not in skip and name != key
-                            ),
-                        )
-                        for row in rows
-                    )
+            tables, raw = await _comparable_rows(db, ids, _AUDIT_TABLES)
+            for fact in raw["status_transitions"]:
+                if fact["previous_status"] == "running":  # not the claim's fact
+                    request, _, _ = builds[ids.index(fact["entity_id"])](T0 + 20)
+                    assert fact["request_hash"] == request_hash(request)
+            for note in raw["dispatch_outbox"]:
+                assert note["dedup_key"] == f"task-terminal:{note['transition_id']}"
             return ids, tables
-
-    def _numbered(text: str, ids: list[str]) -> str:
-        """Each task id inside a value (a summary's session key) as its place."""
-        for place, task_id in enumerate(ids):
-            text = text.replace(task_id, f"<task {place}>")
-        return text
 
     _, fast = await finished(True)
     _, items = await finished(False)

@@ -276,7 +276,9 @@ _AUDITED_VALUES: Final = (
 # built here as jsonb, the type they are stored as, so key order cannot differ. The
 # notification's defaults are ``outbox_enqueue``'s (max_attempts 10, ttl 7 days; the
 # comparison test checks). A taken transition key inserts no fact and ``fact_written`` says so;
-# the caller then rolls the transaction back.
+# the caller then rolls the transaction back. queries.sql's run_finish_batch writes the same
+# fact, event and notification for a group that shares one outcome, from one value where this
+# takes a column (tests/integration/test_worker.py compares the rows both write).
 _PG_AUDIT_TAIL_TEXT: Final = """, w AS (
   SELECT * FROM u JOIN v ON v.g_id = u.id
 ), fact AS (
