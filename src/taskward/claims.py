@@ -37,6 +37,7 @@ from taskward.settings import DEFAULT_MAX_ATTEMPTS
 from taskward.store.port import AuditingTx, Row, StateDB, Tx
 from taskward.transitions import (
     LostToConcurrencyKey,
+    apply_claim_rows,
     apply_claims,
     apply_transition,
     apply_transitions,
@@ -245,13 +246,20 @@ def _claim_request(
     spec: WorkerSpec, row: Row, *, now: float
 ) -> tuple[TransitionRequest, dict[str, Any], dict[str, Any], Lease]:
     """The guarded ``queued -> running`` transition for ``row`` and the lease it would grant."""
+    guard, patch, lease = _claim_parts(spec, row, now=now)
+    return _claim_transition(spec, row["id"], lease.attempt), guard, patch, lease
+
+
+def _claim_parts(
+    spec: WorkerSpec, row: Row, *, now: float
+) -> tuple[dict[str, Any], dict[str, Any], Lease]:
+    """``_claim_request`` without the request: the guard, the patch and the lease."""
     # R5. run_claim_batch (PostgreSQL's one-statement pass) computes the same in SQL.
     timeout_s = row.get("timeout_s")
     timeout = float(timeout_s) if timeout_s else spec.default_timeout_s
     deadline_at = now + timeout
     expires_at = max(now + spec.lease_ttl, deadline_at + spec.lease_slack_s)
     attempt = int(row["lease_attempts"]) + 1
-    request = _claim_transition(spec, row["id"], attempt)
     guard = {
         "leased_by": None,
         "lease_attempts": row["lease_attempts"],
@@ -274,7 +282,7 @@ def _claim_request(
         action_kind=row["action_kind"],
         concurrency_key=row.get("concurrency_key"),
     )
-    return request, guard, patch, lease
+    return guard, patch, lease
 
 
 @dataclass(frozen=True)
@@ -325,19 +333,32 @@ async def _claim_in(
             claimed.append((position, Claimed(lease=lease, row=updated)))
     if plain:
         # One set-based compare-and-swap for all of them, each on its own guard, then
-        # every fact and event in one pipelined round (transitions.apply_transitions).
-        requests = [_claim_request(spec, row, now=tx.now) for _, row in plain]
-        applied = await apply_transitions(
-            tx,
-            [
-                (request, guard, patch, request_hash(request))
-                for request, guard, patch, _ in requests
-            ],
-            returning=("*",),
-        )
-        for (position, _), (_, _, _, lease), (result, updated) in zip(
-            plain, requests, applied, strict=True
-        ):
+        # every fact and event in one pipelined round (transitions.apply_transitions). Where
+        # the store takes them as written rows (SQLite), from the worker's claim template
+        # instead of a request per row (transitions.apply_claim_rows: the same rows).
+        template = spec.claim_template
+        leases: list[Lease]
+        if template is not None and tx.auditing() is None:
+            parts = [_claim_parts(spec, row, now=tx.now) for _, row in plain]
+            leases = [lease for *_, lease in parts]
+            applied = await apply_claim_rows(
+                tx,
+                template,
+                partial(_claim_transition, spec),
+                [(lease.task_id, lease.attempt, guard, patch) for guard, patch, lease in parts],
+            )
+        else:
+            requests = [_claim_request(spec, row, now=tx.now) for _, row in plain]
+            leases = [lease for *_, lease in requests]
+            applied = await apply_transitions(
+                tx,
+                [
+                    (request, guard, patch, request_hash(request))
+                    for request, guard, patch, _ in requests
+                ],
+                returning=("*",),
+            )
+        for (position, _), lease, (result, updated) in zip(plain, leases, applied, strict=True):
             if result.applied and not result.replayed and updated is not None:
                 claimed.append((position, Claimed(lease=lease, row=updated)))
     claimed.sort(key=lambda pair: pair[0])  # claim order: affinity, then oldest

@@ -518,6 +518,126 @@ def claim_template(request_for: Callable[[str, str], TransitionRequest]) -> dict
     }
 
 
+async def apply_claim_rows(
+    tx: Tx,
+    template: Mapping[str, Any],
+    request_for: Callable[[str, str], TransitionRequest],
+    items: Sequence[tuple[str, int, Mapping[str, Any], Mapping[str, Any]]],
+) -> list[tuple[TransitionResult, Row | None]]:
+    """``apply_transitions`` for claims ``(entity_id, attempt, guard, patch)`` of distinct runs,
+    built from ``template`` (``claim_template``) instead of a request per row: one set-based
+    compare-and-swap, then every fact and event with ``write_many``, each row exactly what the
+    generic path writes for ``request_for(entity_id, attempt)`` (the request text spliced around
+    the row's id and attempt, as the store does in ``claim_queued``; a test compares the rows).
+    A row the compare-and-swap did not change gets ``_lost``'s answer, for which its request is
+    built; a taken transition key raises KeyAlreadyUsed, a serialization-key clash
+    LostToConcurrencyKey."""
+    now = tx.now
+    to_state, reason_code = template["to_state"], template["reason_code"]
+    summary_head, summary_tail = template["summary_head"], template["summary_tail"]
+    key_head, key_tail = template["key_head"], template["key_tail"]
+    hash_0, hash_1, hash_2, hash_3 = (template[f"hash_{n}"] for n in range(4))
+    updates: list[RunUpdate] = [
+        (
+            entity_id,
+            template["from_state"],
+            {
+                "status": to_state,
+                "updated_at": now,
+                "status_reason_code": reason_code,
+                "status_reason_summary": f"{summary_head}{attempt}{summary_tail}",
+                "status_evidence_refs": template["evidence_refs"],
+                **patch,
+            },
+            guard,
+        )
+        for entity_id, attempt, guard, patch in items
+    ]
+    try:
+        rows = await tx.run_update_many(updates, returning=("*",))
+    except ConcurrencyKeyBusy as exc:
+        raise LostToConcurrencyKey from exc
+    by_id = {row["id"]: row for row in rows}
+    results: list[tuple[TransitionResult, Row | None]] = []
+    facts: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    keys: dict[str, str] = {}
+    payload = (
+        f'{{"from":{json_string(template["from_state"])},"to":{json_string(to_state)},'
+        f'"reason_code":{json_string(reason_code)},"actor":{json_string(template["actor"])}}}'
+    )
+    for entity_id, attempt, guard, _ in items:
+        transition_id = new_id()
+        digest = text_hash(
+            f"{hash_0}{json_string(entity_id)}{hash_1}{attempt}{hash_2}{attempt}{hash_3}"
+        )
+        updated = by_id.get(entity_id)
+        if updated is None:
+            request = request_for(entity_id, str(attempt))
+            results.append((await _lost(tx, request, digest, transition_id), None))
+            continue
+        event_id = new_id()
+        key = f"{key_head}{attempt}{key_tail}"
+        facts.append(
+            {
+                "id": transition_id,
+                "entity_type": template["entity_type"],
+                "entity_id": entity_id,
+                "previous_status": template["from_state"],
+                "status": to_state,
+                "reason_code": reason_code,
+                "reason_summary": f"{summary_head}{attempt}{summary_tail}",
+                "evidence_refs": template["evidence_refs"],
+                "source": template["source"],
+                "actor": template["actor"],
+                "metadata": template["metadata"],
+                "idempotency_key": key,
+                "request_hash": digest,
+                "event_id": event_id,
+                "lease_id": _guarded_lease_id(guard)
+                or lease_id(updated["leased_by"], updated["lease_attempts"]),
+            }
+        )
+        events.append(
+            {
+                "id": event_id,
+                "task_id": entity_id,
+                "kind": "transition",
+                "transition_id": transition_id,
+                "status": to_state,
+                "payload": payload,
+            }
+        )
+        keys[transition_id] = key
+        results.append(
+            (
+                constructed(
+                    TransitionResult,
+                    {
+                        "applied": True,
+                        "conflict": False,
+                        "previous_state": template["from_state"],
+                        "current_state": to_state,
+                        "transition_id": transition_id,
+                        "event_id": event_id,
+                        "replayed": False,
+                    },
+                    _APPLIED_FIELDS,
+                ),
+                updated,
+            )
+        )
+    if keys:
+        # As apply_transitions: facts first; a taken key inserts nothing and the count falls
+        # short, KeyAlreadyUsed, and the caller rolls the whole transaction back.
+        counts = await tx.write_many([("fact_insert_many", facts), ("event_insert_many", events)])
+        if counts[0] < len(keys):
+            present = await tx.fetchall("fact_ids_among", {"ids": dumps(list(keys))})
+            for fact_id in keys.keys() - {fact["id"] for fact in present}:
+                raise KeyAlreadyUsed(keys[fact_id])
+    return results
+
+
 class ClaimedRows(NamedTuple):
     """``apply_claims``' answer: the rows it claimed (each as ``RETURNING *`` left it), in claim
     order, and what the page said: its size, whether a locked row with a serialization key

@@ -117,23 +117,29 @@ async def _comparable_rows(
     and as read."""
     comparable: dict[str, list[Any]] = {}
     raw: dict[str, list[Any]] = {}
-    async with db.connection() as conn:  # type: ignore[attr-defined]
-        for table, key, skip in tables:
-            cur = await conn.execute(
-                f"SELECT * FROM {table} WHERE {key} = ANY(%s) ORDER BY {key}", (ids,)
-            )
-            raw[table] = rows = await cur.fetchall()
-            comparable[table] = sorted(
-                (
-                    (key, ids.index(row[key])),
-                    *(
-                        (name, _numbered(repr(value), ids))
-                        for name, value in sorted(row.items())
-                        if name not in skip and name != key
-                    ),
+    for table, key, skip in tables:
+        if db.dialect == "sqlite":
+            marks = ", ".join("?" for _ in ids)
+            sql = f"SELECT * FROM {table} WHERE {key} IN ({marks}) ORDER BY {key}"
+            rows = db._connection().execute(sql, ids).fetchall()  # type: ignore[attr-defined]
+        else:
+            async with db.connection() as conn:  # type: ignore[attr-defined]
+                cur = await conn.execute(
+                    f"SELECT * FROM {table} WHERE {key} = ANY(%s) ORDER BY {key}", (ids,)
                 )
-                for row in rows
+                rows = await cur.fetchall()
+        raw[table] = rows
+        comparable[table] = sorted(
+            (
+                (key, ids.index(row[key])),
+                *(
+                    (name, _numbered(repr(value), ids))
+                    for name, value in sorted(row.items())
+                    if name not in skip and name != key
+                ),
             )
+            for row in rows
+        )
     return comparable, raw
 
 
@@ -146,14 +152,14 @@ def _numbered(text: str, ids: list[str]) -> str:
 async def test_the_one_statement_claim_writes_what_the_paged_pass_writes(
     stores: Any, backend: str
 ) -> None:
-    """PostgreSQL claims a page's rows in one statement (run_claim_batch, its lease arithmetic
-    and request hash in SQL); the paged pass builds each transition in Python. Two stores
-    with the same applications, claimed at the same time one way each, must hold the same
-    rows column by column: the runs (lease, deadline, projection), the facts (request hash
-    recomputed from the request the paged pass would build) and the events. Timeouts cover
-    the default, an explicit one and zero (the default again)."""
-    if backend != "postgres":
-        pytest.skip("SQLite claims through the paged pass only")
+    """A worker's claim template writes its claims without a request per row: PostgreSQL in
+    one statement (run_claim_batch, its lease arithmetic and request hash in SQL), SQLite
+    through the paged pass with each row's fact and event built from the template
+    (transitions.apply_claim_rows); without a template the paged pass builds each transition
+    from its request. Two stores with the same applications, claimed at the same time one way
+    each, must hold the same rows column by column: the runs (lease, deadline, projection),
+    the facts (request hash recomputed from the request the paged pass would build) and the
+    events. Timeouts cover the default, an explicit one and zero (the default again)."""
     from taskward.claims import _claim_transition
     from taskward.transitions import request_hash
 
