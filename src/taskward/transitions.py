@@ -755,19 +755,18 @@ async def apply_built(tx: Tx, builds: list[Callable[[float], Built]]) -> list[Tr
     set-based (GroupCommit's combine for ``transition_at``). A replayed idempotency key raises
     ``KeyAlreadyUsed``: the caller's transaction is then rolled back whole.
 
-    A group of ``TerminalBuild`` items that share one outcome goes, on a store that writes
-    audit rows in its statements, through ``AuditingTx.finish_running`` (``_apply_finishes``);
-    anything else, and anything that path declines, through ``apply_transitions``. Each
-    outcome is resolved once either way."""
+    A group of ``TerminalBuild`` items that share one outcome goes through ``_apply_finishes``
+    (one ``AuditingTx.finish_running`` statement where the store writes audit rows in its
+    statements, rows built from the same template elsewhere); anything else, and anything
+    that path declines, through ``apply_transitions``. Each outcome is resolved once either
+    way."""
     now = tx.now
     if builds and all(type(build) is TerminalBuild for build in builds):
         terminals: list[TerminalBuild] = builds  # type: ignore[assignment]
         resolved = [terminal.resolve(now) for terminal in terminals]
-        auditing = tx.auditing()
-        if auditing is not None:
-            finished = await _apply_finishes(auditing, terminals, resolved)
-            if finished is not None:
-                return finished
+        finished = await _apply_finishes(tx, terminals, resolved)
+        if finished is not None:
+            return finished
         built = [
             terminal.built(outcome) for terminal, outcome in zip(terminals, resolved, strict=True)
         ]
@@ -972,13 +971,15 @@ def _finish_params(
 
 
 async def _apply_finishes(
-    tx: AuditingTx, terminals: Sequence[TerminalBuild], resolved: Sequence[Resolved]
+    tx: Tx, terminals: Sequence[TerminalBuild], resolved: Sequence[Resolved]
 ) -> list[TransitionResult] | None:
-    """``apply_transitions`` for a group of terminal builds in one ``finish_running``
-    statement, each with its own compare-and-swap, fact, event and notification; None when the
-    group does not fit it (``_finish_params``, ``finish_template``): the caller then applies
-    it item by item's request. A row the compare-and-swap did not change gets ``_lost``'s
-    answer; a taken transition key raises KeyAlreadyUsed."""
+    """``apply_transitions`` for a group of terminal builds from one ``finish_template``, each
+    with its own compare-and-swap, fact, event and notification: one ``finish_running``
+    statement where the store writes audit rows in its statements (PostgreSQL), else
+    ``_finish_written``. None when the group does not fit (``_finish_params``,
+    ``finish_template``): the caller then applies it item by item's request. A row the
+    compare-and-swap did not change gets ``_lost``'s answer; a taken transition key raises
+    KeyAlreadyUsed."""
     found = _finish_params(terminals, resolved, tx.now)
     if found is None:
         return None
@@ -991,6 +992,10 @@ async def _apply_finishes(
     )
     if template is None:
         return None
+    auditing = tx.auditing()
+    if auditing is None:
+        return await _finish_written(tx, terminals, resolved, params, template)
+    tx = auditing
     count = len(terminals)
     new = [new_id() for _ in range(3 * count)]
     fact_ids, event_ids = new[:count], new[count : 2 * count]
@@ -1033,4 +1038,136 @@ async def _apply_finishes(
         )
     if first.to_state == "queued" and any(result.applied for result in results):
         tx.notify("queued")  # as apply_transitions: wake idle workers for what was queued
+    return results
+
+
+async def _finish_written(
+    tx: Tx,
+    terminals: Sequence[TerminalBuild],
+    resolved: Sequence[Resolved],
+    params: Mapping[str, Any],
+    template: Mapping[str, Any],
+) -> list[TransitionResult]:
+    """``_apply_finishes`` on a store that takes written rows (SQLite): one set-based
+    compare-and-swap, then the facts, events and notifications with ``write_many``, each row
+    what ``_writes`` builds for the item's request (its text spliced from ``template`` and
+    hashed here; a test compares the rows)."""
+    now = tx.now
+    first = resolved[0]
+    to_state, reason_code, summary = first.to_state, first.reason_code, first.summary
+    hash_0, hash_1, hash_2, hash_3 = (template[f"hash_{n}"] for n in range(4))
+    stored = [dumps(terminal.evidence_refs) for terminal in terminals]
+    updates: list[RunUpdate] = [
+        (
+            terminal.entity_id,
+            "running",
+            {
+                "status": to_state,
+                "updated_at": now,
+                "status_reason_code": reason_code,
+                "status_reason_summary": summary,
+                "status_evidence_refs": refs,
+                **item.patch,
+            },
+            terminal.guard,
+        )
+        for terminal, item, refs in zip(terminals, resolved, stored, strict=True)
+    ]
+    try:
+        rows = await tx.run_update_many(updates, returning=_returned(()))
+    except ConcurrencyKeyBusy as exc:
+        raise LostToConcurrencyKey from exc
+    changed = {row["id"] for row in rows}
+    payload = (
+        f'{{"from":"running","to":{json_string(to_state)},'
+        f'"reason_code":{json_string(reason_code)},"actor":{json_string(template["actor"])}}}'
+    )
+    body_head = (
+        f'{{"status":{json_string(to_state)},"reason":{{"code":{json_string(reason_code)},'
+        f'"summary":{json_string(summary)}}},"evidence_refs":'
+    )
+    terminal_state = is_terminal(to_state)
+    rows_of: dict[str, list[dict[str, Any]]] = {"fact_insert": [], "event_insert": []}
+    if terminal_state:
+        rows_of["outbox_enqueue"] = []
+    keys: dict[str, str] = {}
+    results: list[TransitionResult] = []
+    for terminal, item, refs, canonical, attempt in zip(
+        terminals, resolved, stored, params["evidence"], params["attempts"], strict=True
+    ):
+        transition_id = new_id()
+        digest = text_hash(
+            f"{hash_0}{json_string(terminal.entity_id)}{hash_1}{attempt}{hash_2}{canonical}{hash_3}"
+        )
+        if terminal.entity_id not in changed:
+            request, _, _ = terminal.built(item)
+            results.append(await _lost(tx, request, digest, transition_id))
+            continue
+        event_id = new_id()
+        rows_of["fact_insert"].append(
+            {
+                "id": transition_id,
+                "entity_type": template["entity_type"],
+                "entity_id": terminal.entity_id,
+                "previous_status": "running",
+                "status": to_state,
+                "reason_code": reason_code,
+                "reason_summary": summary,
+                "evidence_refs": refs,
+                "source": template["source"],
+                "actor": template["actor"],
+                "metadata": template["metadata"],
+                "idempotency_key": terminal.key,
+                "request_hash": digest,
+                "event_id": event_id,
+                "lease_id": _guarded_lease_id(terminal.guard),
+            }
+        )
+        rows_of["event_insert"].append(
+            {
+                "id": event_id,
+                "task_id": terminal.entity_id,
+                "kind": "transition",
+                "transition_id": transition_id,
+                "status": to_state,
+                "payload": payload,
+            }
+        )
+        if terminal_state:  # as _writes: a terminal transition's notification (R12)
+            rows_of["outbox_enqueue"].append(
+                {
+                    "id": new_id(),
+                    "kind": "task_terminal",
+                    "dedup_key": f"task-terminal:{transition_id}",
+                    "schedule_run_id": terminal.entity_id,
+                    "transition_id": transition_id,
+                    "body": f"{body_head}{refs}}}",
+                    "max_attempts": None,
+                    "ttl_s": None,
+                }
+            )
+        keys[transition_id] = terminal.key
+        results.append(
+            constructed(
+                TransitionResult,
+                {
+                    "applied": True,
+                    "conflict": False,
+                    "previous_state": "running",
+                    "current_state": to_state,
+                    "transition_id": transition_id,
+                    "event_id": event_id,
+                    "replayed": False,
+                },
+                _APPLIED_FIELDS,
+            )
+        )
+    if keys:
+        counts = await tx.write_many([(f"{name}_many", rows) for name, rows in rows_of.items()])
+        if counts[0] < len(keys):
+            present = await tx.fetchall("fact_ids_among", {"ids": dumps(list(keys))})
+            for fact_id in keys.keys() - {fact["id"] for fact in present}:
+                raise KeyAlreadyUsed(keys[fact_id])
+    if to_state == "queued" and keys:
+        tx.notify("queued")
     return results
