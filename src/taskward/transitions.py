@@ -265,20 +265,42 @@ _APPLIED_FIELDS: Final = ("applied", "previous_state", "current_state", "transit
 
 
 def _applied(request: TransitionRequest, transition_id: str, event_id: str) -> TransitionResult:
-    # Every value is already of its field's type (the request was validated): no validation.
+    return _applied_move(request.from_state, request.to_state, transition_id, event_id)
+
+
+def _applied_move(
+    from_state: str, to_state: str, transition_id: str, event_id: str
+) -> TransitionResult:
+    # Every value is already of its field's type (a validated request's, or a template's
+    # built from one): no validation.
     return constructed(
         TransitionResult,
         {
             "applied": True,
             "conflict": False,
-            "previous_state": request.from_state,
-            "current_state": request.to_state,
+            "previous_state": from_state,
+            "current_state": to_state,
             "transition_id": transition_id,
             "event_id": event_id,
             "replayed": False,
         },
         _APPLIED_FIELDS,
     )
+
+
+async def _write_audit_rows(
+    tx: Tx, rows_of: Mapping[str, Sequence[Mapping[str, Any]]], keys: Mapping[str, str]
+) -> None:
+    """The facts (``rows_of["fact_insert"]``), then the events and notifications, each with
+    ``write_many``, in one round trip; ``keys`` maps each fact's id to its transition key. A fact
+    whose key was taken inserts nothing and the count falls short: KeyAlreadyUsed, and the
+    caller rolls back the whole transaction, the rows written beside it too."""
+    names = ["fact_insert", *(name for name in rows_of if name != "fact_insert")]
+    counts = await tx.write_many([(f"{name}_many", rows_of[name]) for name in names])
+    if counts[0] < len(keys):
+        present = await tx.fetchall("fact_ids_among", {"ids": dumps(list(keys))})
+        for fact_id in keys.keys() - {fact["id"] for fact in present}:
+            raise KeyAlreadyUsed(keys[fact_id])
 
 
 async def apply_transition(
@@ -402,15 +424,7 @@ async def apply_transitions(
                 if request.to_state == "queued":
                     tx.notify("queued")
             if keys:
-                # Facts first, then events and notifications, in one round trip. A fact whose
-                # key was taken inserts nothing and the count falls short: KeyAlreadyUsed, and
-                # the caller rolls back the whole transaction, the rows written beside it too.
-                names = ["fact_insert", *(name for name in rows_of if name != "fact_insert")]
-                counts = await tx.write_many([(f"{name}_many", rows_of[name]) for name in names])
-                if counts[0] < len(keys):
-                    present = await tx.fetchall("fact_ids_among", {"ids": dumps(list(keys))})
-                    for fact_id in keys.keys() - {fact["id"] for fact in present}:
-                        raise KeyAlreadyUsed(keys[fact_id])
+                await _write_audit_rows(tx, rows_of, keys)
     return [result for result in results if result is not None]
 
 
@@ -611,30 +625,12 @@ async def apply_claim_rows(
         keys[transition_id] = key
         results.append(
             (
-                constructed(
-                    TransitionResult,
-                    {
-                        "applied": True,
-                        "conflict": False,
-                        "previous_state": template["from_state"],
-                        "current_state": to_state,
-                        "transition_id": transition_id,
-                        "event_id": event_id,
-                        "replayed": False,
-                    },
-                    _APPLIED_FIELDS,
-                ),
+                _applied_move(template["from_state"], to_state, transition_id, event_id),
                 updated,
             )
         )
     if keys:
-        # As apply_transitions: facts first; a taken key inserts nothing and the count falls
-        # short, KeyAlreadyUsed, and the caller rolls the whole transaction back.
-        counts = await tx.write_many([("fact_insert_many", facts), ("event_insert_many", events)])
-        if counts[0] < len(keys):
-            present = await tx.fetchall("fact_ids_among", {"ids": dumps(list(keys))})
-            for fact_id in keys.keys() - {fact["id"] for fact in present}:
-                raise KeyAlreadyUsed(keys[fact_id])
+        await _write_audit_rows(tx, {"fact_insert": facts, "event_insert": events}, keys)
     return results
 
 
@@ -1021,21 +1017,7 @@ async def _apply_finishes(
             continue
         if not fact_written:
             raise KeyAlreadyUsed(terminal.key)
-        results.append(
-            constructed(
-                TransitionResult,
-                {
-                    "applied": True,
-                    "conflict": False,
-                    "previous_state": "running",
-                    "current_state": first.to_state,
-                    "transition_id": fact_id,
-                    "event_id": event_id,
-                    "replayed": False,
-                },
-                _APPLIED_FIELDS,
-            )
-        )
+        results.append(_applied_move("running", first.to_state, fact_id, event_id))
     if first.to_state == "queued" and any(result.applied for result in results):
         tx.notify("queued")  # as apply_transitions: wake idle workers for what was queued
     return results
@@ -1147,27 +1129,9 @@ async def _finish_written(
                 }
             )
         keys[transition_id] = terminal.key
-        results.append(
-            constructed(
-                TransitionResult,
-                {
-                    "applied": True,
-                    "conflict": False,
-                    "previous_state": "running",
-                    "current_state": to_state,
-                    "transition_id": transition_id,
-                    "event_id": event_id,
-                    "replayed": False,
-                },
-                _APPLIED_FIELDS,
-            )
-        )
+        results.append(_applied_move("running", to_state, transition_id, event_id))
     if keys:
-        counts = await tx.write_many([(f"{name}_many", rows) for name, rows in rows_of.items()])
-        if counts[0] < len(keys):
-            present = await tx.fetchall("fact_ids_among", {"ids": dumps(list(keys))})
-            for fact_id in keys.keys() - {fact["id"] for fact in present}:
-                raise KeyAlreadyUsed(keys[fact_id])
+        await _write_audit_rows(tx, rows_of, keys)
     if to_state == "queued" and keys:
         tx.notify("queued")
     return results
