@@ -184,61 +184,109 @@ def _writes(
     """The fact, its event and (for a terminal state) its notification, as named statements;
     the fact always comes first. Returns them and the event id."""
     event_id = new_id()
-    actor = request.actor.label()
+    fact, event, notification = _audit_rows(
+        transition_id=transition_id,
+        event_id=event_id,
+        entity_type=request.entity_type,
+        entity_id=request.entity_id,
+        from_state=request.from_state,
+        to_state=request.to_state,
+        reason_code=request.reason.code,
+        reason_summary=request.reason.summary,
+        evidence_refs=dumps(request.reason.evidence_refs),
+        source=request.actor.type,
+        actor=request.actor.label(),
+        metadata=dumps(request.reason.metadata),
+        idempotency_key=request.idempotency_key,
+        request_hash=digest,
+        lease_id=_guarded_lease_id(guard)
+        or lease_id(updated["leased_by"], updated["lease_attempts"]),
+    )
+    statements = [("fact_insert", fact), ("event_insert", event)]
+    if notification is not None:
+        statements.append(("outbox_enqueue", notification))
+    return statements, event_id
+
+
+def _event_payload(from_state: str, to_state: str, reason_code: str, actor: str) -> str:
+    """dumps({"from": ..., "to": ..., "reason_code": ..., "actor": ...}), spliced."""
+    return (
+        f'{{"from":{json_string(from_state)},"to":{json_string(to_state)},'
+        f'"reason_code":{json_string(reason_code)},"actor":{json_string(actor)}}}'
+    )
+
+
+def _audit_rows(
+    *,
+    transition_id: str,
+    event_id: str,
+    entity_type: str,
+    entity_id: str,
+    from_state: str,
+    to_state: str,
+    reason_code: str,
+    reason_summary: str,
+    evidence_refs: str,
+    source: str,
+    actor: str,
+    metadata: str,
+    idempotency_key: str,
+    request_hash: str,
+    lease_id: str | None,
+    payload: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+    """One transition's fact, its event and (for a terminal state; else None) its
+    notification, as the ``_many`` statements' rows: what every set-based writer stores (the
+    request-per-row path, and the claim and finish templates'); ``evidence_refs`` and
+    ``metadata`` as their stored JSON text; ``payload``: the event's, when a group's writer
+    built it once (``_event_payload``)."""
     fact = {
         "id": transition_id,
-        "entity_type": request.entity_type,
-        "entity_id": request.entity_id,
-        "previous_status": request.from_state,
-        "status": request.to_state,
-        "reason_code": request.reason.code,
-        "reason_summary": request.reason.summary,
-        "evidence_refs": dumps(request.reason.evidence_refs),
-        "source": request.actor.type,
+        "entity_type": entity_type,
+        "entity_id": entity_id,
+        "previous_status": from_state,
+        "status": to_state,
+        "reason_code": reason_code,
+        "reason_summary": reason_summary,
+        "evidence_refs": evidence_refs,
+        "source": source,
         "actor": actor,
-        "metadata": dumps(request.reason.metadata),
-        "idempotency_key": request.idempotency_key,
-        "request_hash": digest,
+        "metadata": metadata,
+        "idempotency_key": idempotency_key,
+        "request_hash": request_hash,
         "event_id": event_id,
-        "lease_id": _guarded_lease_id(guard)
-        or lease_id(updated["leased_by"], updated["lease_attempts"]),
+        "lease_id": lease_id,
     }
     event = {
         "id": event_id,
-        "task_id": request.entity_id,
+        "task_id": entity_id,
         "kind": "transition",
         "transition_id": transition_id,
-        "status": request.to_state,
-        # dumps({"from": ..., "to": ..., "reason_code": ..., "actor": ...}), spliced.
-        "payload": f'{{"from":{json_string(request.from_state)},'
-        f'"to":{json_string(request.to_state)},'
-        f'"reason_code":{json_string(request.reason.code)},"actor":{json_string(actor)}}}',
+        "status": to_state,
+        "payload": payload or _event_payload(from_state, to_state, reason_code, actor),
     }
-    statements: list[tuple[str, dict[str, Any]]] = [("fact_insert", fact), ("event_insert", event)]
     # -- outbox (ADR-0072 D6, R12) ----------------------------------------------------------
     # A terminal transition enqueues exactly one notification in this same transaction, keyed
     # by the transition id (ON CONFLICT DO NOTHING). Delivery (taskward.outbox) only ever
     # changes dispatch_outbox, never this task. NULL max_attempts/ttl_s take the defaults.
-    if is_terminal(request.to_state):
-        outbox_row = {
-            "id": new_id(),
-            "kind": "task_terminal",
-            "dedup_key": f"task-terminal:{transition_id}",
-            "schedule_run_id": request.entity_id,
-            "transition_id": transition_id,
-            "body": dumps(
-                {
-                    "status": request.to_state,
-                    "reason": {"code": request.reason.code, "summary": request.reason.summary},
-                    "evidence_refs": request.reason.evidence_refs,
-                }
-            ),
-            "max_attempts": None,
-            "ttl_s": None,
-        }
-        statements.append(("outbox_enqueue", outbox_row))
+    if not is_terminal(to_state):
+        return fact, event, None
+    notification = {
+        "id": new_id(),
+        "kind": "task_terminal",
+        "dedup_key": f"task-terminal:{transition_id}",
+        "schedule_run_id": entity_id,
+        "transition_id": transition_id,
+        # dumps({"status": ..., "reason": {"code": ..., "summary": ...},
+        #        "evidence_refs": ...}), spliced around the stored evidence text.
+        "body": f'{{"status":{json_string(to_state)},'
+        f'"reason":{{"code":{json_string(reason_code)},'
+        f'"summary":{json_string(reason_summary)}}},"evidence_refs":{evidence_refs}}}',
+        "max_attempts": None,
+        "ttl_s": None,
+    }
     # -- end outbox -----------------------------------------------------------------------
-    return statements, event_id
+    return fact, event, notification
 
 
 async def _lost(
@@ -575,11 +623,9 @@ async def apply_claim_rows(
     results: list[tuple[TransitionResult, Row | None]] = []
     facts: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
+    notifications: list[dict[str, Any]] = []
     keys: dict[str, str] = {}
-    payload = (
-        f'{{"from":{json_string(template["from_state"])},"to":{json_string(to_state)},'
-        f'"reason_code":{json_string(reason_code)},"actor":{json_string(template["actor"])}}}'
-    )
+    payload = _event_payload(template["from_state"], to_state, reason_code, template["actor"])
     for entity_id, attempt, guard, _ in items:
         transition_id = new_id()
         digest = text_hash(
@@ -592,36 +638,29 @@ async def apply_claim_rows(
             continue
         event_id = new_id()
         key = f"{key_head}{attempt}{key_tail}"
-        facts.append(
-            {
-                "id": transition_id,
-                "entity_type": template["entity_type"],
-                "entity_id": entity_id,
-                "previous_status": template["from_state"],
-                "status": to_state,
-                "reason_code": reason_code,
-                "reason_summary": f"{summary_head}{attempt}{summary_tail}",
-                "evidence_refs": template["evidence_refs"],
-                "source": template["source"],
-                "actor": template["actor"],
-                "metadata": template["metadata"],
-                "idempotency_key": key,
-                "request_hash": digest,
-                "event_id": event_id,
-                "lease_id": _guarded_lease_id(guard)
-                or lease_id(updated["leased_by"], updated["lease_attempts"]),
-            }
+        fact, event, notification = _audit_rows(
+            transition_id=transition_id,
+            event_id=event_id,
+            entity_type=template["entity_type"],
+            entity_id=entity_id,
+            from_state=template["from_state"],
+            to_state=to_state,
+            reason_code=reason_code,
+            reason_summary=f"{summary_head}{attempt}{summary_tail}",
+            evidence_refs=template["evidence_refs"],
+            source=template["source"],
+            actor=template["actor"],
+            metadata=template["metadata"],
+            idempotency_key=key,
+            request_hash=digest,
+            lease_id=_guarded_lease_id(guard)
+            or lease_id(updated["leased_by"], updated["lease_attempts"]),
+            payload=payload,
         )
-        events.append(
-            {
-                "id": event_id,
-                "task_id": entity_id,
-                "kind": "transition",
-                "transition_id": transition_id,
-                "status": to_state,
-                "payload": payload,
-            }
-        )
+        facts.append(fact)
+        events.append(event)
+        if notification is not None:
+            notifications.append(notification)
         keys[transition_id] = key
         results.append(
             (
@@ -630,7 +669,11 @@ async def apply_claim_rows(
             )
         )
     if keys:
-        await _write_audit_rows(tx, {"fact_insert": facts, "event_insert": events}, keys)
+        await _write_audit_rows(
+            tx,
+            {"fact_insert": facts, "event_insert": events, "outbox_enqueue": notifications},
+            keys,
+        )
     return results
 
 
@@ -955,6 +998,7 @@ def _finish_params(
     if len(set(ids)) != len(ids):
         return None
     params = {
+        "metadata_json": metadata,
         "now": now,
         "worker_id": leased_by,
         "ids": ids,
@@ -981,10 +1025,13 @@ async def _apply_finishes(
         return None
     params, key_head = found
     first = resolved[0]
-    metadata = plain_canonical_json(first.metadata)
-    assert metadata is not None  # _finish_params checked it
     template = finish_template(
-        terminals[0].actor, key_head, first.to_state, first.reason_code, first.summary, metadata
+        terminals[0].actor,
+        key_head,
+        first.to_state,
+        first.reason_code,
+        first.summary,
+        params.pop("metadata_json"),
     )
     if template is None:
         return None
@@ -1060,18 +1107,10 @@ async def _finish_written(
     except ConcurrencyKeyBusy as exc:
         raise LostToConcurrencyKey from exc
     changed = {row["id"] for row in rows}
-    payload = (
-        f'{{"from":"running","to":{json_string(to_state)},'
-        f'"reason_code":{json_string(reason_code)},"actor":{json_string(template["actor"])}}}'
-    )
-    body_head = (
-        f'{{"status":{json_string(to_state)},"reason":{{"code":{json_string(reason_code)},'
-        f'"summary":{json_string(summary)}}},"evidence_refs":'
-    )
-    terminal_state = is_terminal(to_state)
-    rows_of: dict[str, list[dict[str, Any]]] = {"fact_insert": [], "event_insert": []}
-    if terminal_state:
-        rows_of["outbox_enqueue"] = []
+    facts: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    notifications: list[dict[str, Any]] = []
+    payload = _event_payload("running", to_state, reason_code, template["actor"])
     keys: dict[str, str] = {}
     results: list[TransitionResult] = []
     for terminal, item, refs, canonical, attempt in zip(
@@ -1086,52 +1125,36 @@ async def _finish_written(
             results.append(await _lost(tx, request, digest, transition_id))
             continue
         event_id = new_id()
-        rows_of["fact_insert"].append(
-            {
-                "id": transition_id,
-                "entity_type": template["entity_type"],
-                "entity_id": terminal.entity_id,
-                "previous_status": "running",
-                "status": to_state,
-                "reason_code": reason_code,
-                "reason_summary": summary,
-                "evidence_refs": refs,
-                "source": template["source"],
-                "actor": template["actor"],
-                "metadata": template["metadata"],
-                "idempotency_key": terminal.key,
-                "request_hash": digest,
-                "event_id": event_id,
-                "lease_id": _guarded_lease_id(terminal.guard),
-            }
+        fact, event, notification = _audit_rows(
+            transition_id=transition_id,
+            event_id=event_id,
+            entity_type=template["entity_type"],
+            entity_id=terminal.entity_id,
+            from_state="running",
+            to_state=to_state,
+            reason_code=reason_code,
+            reason_summary=summary,
+            evidence_refs=refs,
+            source=template["source"],
+            actor=template["actor"],
+            metadata=template["metadata"],
+            idempotency_key=terminal.key,
+            request_hash=digest,
+            lease_id=_guarded_lease_id(terminal.guard),
+            payload=payload,
         )
-        rows_of["event_insert"].append(
-            {
-                "id": event_id,
-                "task_id": terminal.entity_id,
-                "kind": "transition",
-                "transition_id": transition_id,
-                "status": to_state,
-                "payload": payload,
-            }
-        )
-        if terminal_state:  # as _writes: a terminal transition's notification (R12)
-            rows_of["outbox_enqueue"].append(
-                {
-                    "id": new_id(),
-                    "kind": "task_terminal",
-                    "dedup_key": f"task-terminal:{transition_id}",
-                    "schedule_run_id": terminal.entity_id,
-                    "transition_id": transition_id,
-                    "body": f"{body_head}{refs}}}",
-                    "max_attempts": None,
-                    "ttl_s": None,
-                }
-            )
+        facts.append(fact)
+        events.append(event)
+        if notification is not None:
+            notifications.append(notification)
         keys[transition_id] = terminal.key
         results.append(_applied_move("running", to_state, transition_id, event_id))
     if keys:
-        await _write_audit_rows(tx, rows_of, keys)
+        await _write_audit_rows(
+            tx,
+            {"fact_insert": facts, "event_insert": events, "outbox_enqueue": notifications},
+            keys,
+        )
     if to_state == "queued" and keys:
         tx.notify("queued")
     return results
