@@ -322,6 +322,36 @@ async def test_a_pass_whose_first_candidates_are_taken_scans_on_past_them(
     assert [c.lease.task_id for c in claimed] == ids[30:32]
 
 
+async def test_a_claim_page_locks_the_first_free_rows_past_held_ones_in_page_order(
+    db: StateDB, backend: str, db_url: str
+) -> None:
+    """The page's lock tries the first rows the pass asked for before looking past them
+    (migration 0008); what it locks is still the first free served rows of the page, in page
+    order, however the held rows fall between the two parts."""
+    if backend != "postgres":
+        pytest.skip("row locks held by another open transaction exist only on PostgreSQL")
+    import psycopg
+
+    ids = [await submit(db, now=T0 + i) for i in range(8)]
+    cases = [
+        ([ids[0], ids[2], ids[3]], 4, [ids[1], ids[4], ids[5], ids[6]]),  # short prefix
+        ([ids[5]], 4, ids[:4]),  # the prefix alone suffices: held rows past it do not matter
+        (ids[:4], 4, ids[4:8]),  # the whole prefix held
+        (ids[1:7], 3, [ids[0], ids[7]]),  # fewer free rows than asked for
+    ]
+    for held, lock, expected in cases:
+        async with await psycopg.AsyncConnection.connect(db_url) as other, other.transaction():
+            await other.execute(
+                "SELECT id FROM schedule_runs WHERE id = ANY(%s) FOR UPDATE", (held,)
+            )
+            async with db.transaction() as tx:
+                page = await tx.fetchall(
+                    "run_claim_page", _page_params(spec(), 3, (None, None), 10, lock)
+                )
+                assert [r["id"] for r in page] == ids
+                assert [r["id"] for r in page if r["locked"]] == expected, (held, lock)
+
+
 async def test_a_claim_page_locks_only_rows_its_worker_serves(db: StateDB, backend: str) -> None:
     """A host worker mid-pass does not hide the rows it cannot run from the worker that can: the
     page locks only served rows (target and capabilities, affinity never filtering), and only

@@ -1,0 +1,4 @@
+-- 0008_claim_lock_prefix: why — PostgreSQL's 0008 makes its claim page lock try the first rows
+-- it needs before looking past them. SQLite's claim pass holds the one write lock for its whole
+-- transaction and locks nothing row by row, so it needs no schema change; this migration keeps
+-- both dialects' migration numbers in step and changes nothing.
