@@ -54,6 +54,16 @@ def server_cpu_s() -> float:
     return total / tick
 
 
+def loopback_bytes() -> int:
+    """Bytes the loopback interface carried (both directions: each packet is sent once)."""
+    with open("/proc/net/dev") as f:
+        for line in f:
+            name, _, data = line.partition(":")
+            if name.strip() == "lo":
+                return int(data.split()[8])
+    return 0
+
+
 async def drain(url: str, count: int, concurrency: int) -> dict[str, Any]:
     import taskward
     from taskward.runtime import WorkerConfig, WorkerRuntime
@@ -88,6 +98,7 @@ async def drain(url: str, count: int, concurrency: int) -> dict[str, Any]:
         runtime.host.on_event = on_event
         group = runtime.summaries.group
         batches0, units0 = group.batches, group.units
+        lo0 = loopback_bytes()
         server0, cpu0, wall0 = server_cpu_s(), time.process_time(), time.perf_counter()
         serve = asyncio.create_task(runtime.run())
         await asyncio.wait_for(done.wait(), timeout=600)
@@ -97,6 +108,7 @@ async def drain(url: str, count: int, concurrency: int) -> dict[str, Any]:
             server_cpu_s() - server0,
         )
         batches, units = group.batches - batches0, group.units - units0
+        lo = loopback_bytes() - lo0
         runtime.request_stop()
         await serve
     return {
@@ -104,6 +116,7 @@ async def drain(url: str, count: int, concurrency: int) -> dict[str, Any]:
         "worker_cpu_us": round(cpu / count * 1e6, 1),
         "server_cpu_us": round(server / count * 1e6, 1),
         "wall_s": round(wall, 3),
+        "loopback_bytes_per_task": round(lo / count),
         "batches": batches,
         "units_per_batch": round(units / max(batches, 1), 1),
     }

@@ -46,6 +46,7 @@ from taskward.store.port import (
     Row,
     RunUpdate,
     StateDB,
+    TransitionKeyTaken,
     Tx,
 )
 
@@ -697,9 +698,18 @@ async def apply_claims(
     compare-and-swap, fact and event, as ``apply_transitions`` would write them; a taken
     transition key raises KeyAlreadyUsed (the caller rolls back)."""
     ids = [new_id() for _ in range(2 * limit)]
-    found = await tx.claim_queued(
-        {**params, **template, "limit": limit, "fact_ids": ids[:limit], "event_ids": ids[limit:]}
-    )
+    try:
+        found = await tx.claim_queued(
+            {
+                **params,
+                **template,
+                "limit": limit,
+                "fact_ids": ids[:limit],
+                "event_ids": ids[limit:],
+            }
+        )
+    except TransitionKeyTaken as exc:
+        raise KeyAlreadyUsed(str(exc)) from exc
     page_rows, keyed, stale = found[0]["page_rows"], found[0]["keyed"], found[0]["stale"]
     claimed: list[tuple[int, Row]] = []
     for row in found:
@@ -1043,15 +1053,18 @@ async def _apply_finishes(
     new = [new_id() for _ in range(3 * count)]
     fact_ids, event_ids = new[:count], new[count : 2 * count]
     outbox_ids = new[2 * count :] if is_terminal(first.to_state) else [None] * count
-    rows = await tx.finish_running(
-        {
-            **template,
-            **params,
-            "fact_ids": fact_ids,
-            "event_ids": event_ids,
-            "outbox_ids": outbox_ids,
-        }
-    )
+    try:
+        rows = await tx.finish_running(
+            {
+                **template,
+                **params,
+                "fact_ids": fact_ids,
+                "event_ids": event_ids,
+                "outbox_ids": outbox_ids,
+            }
+        )
+    except TransitionKeyTaken as exc:
+        raise KeyAlreadyUsed(str(exc)) from exc
     written = {row["id"]: row["fact_written"] for row in rows}
     results: list[TransitionResult] = []
     for terminal, item, fact_id, event_id in zip(

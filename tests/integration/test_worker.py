@@ -281,6 +281,90 @@ async def test_a_group_of_terminal_builds_writes_what_the_item_by_item_path_writ
     assert all(r.event_id for r in results_by_path["fast"][:3])
 
 
+def _plant_fact(db_url: str, backend: str, entity_id: str, key: str) -> None:
+    """A fact holding ``key`` for ``entity_id`` that the run's row does not show (as if another
+    writer's transition under that key had been recorded): the next use of the key is taken."""
+    row = (str(uuid.uuid4()), "schedule_run", entity_id, "running", "running", "x", "test", 1.0)
+    sql = (
+        "INSERT INTO status_transitions (id, entity_type, entity_id, previous_status, status, "
+        "reason_code, source, created_at, idempotency_key) VALUES ({})"
+    )
+    if backend == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(db_url.split("?", 1)[0][len("sqlite:///") :]) as conn:
+            conn.execute(sql.format(",".join("?" * 9)), (*row, key))
+        return
+    import psycopg
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(sql.format(",".join(["%s"] * 9)), (*row, key))
+
+
+async def test_a_terminal_group_with_a_taken_transition_key_writes_nothing(
+    db: StateDB, backend: str, db_url: str
+) -> None:
+    """One item of a terminal group whose transition key another fact holds: the whole group
+    raises KeyAlreadyUsed and nothing of it stays (runs still running, no terminal fact, event
+    or notification), so the group commit can run each item alone. On PostgreSQL the group's
+    statement inserts its facts plainly and the unique index refuses the taken key."""
+    from taskward.execution import finish_build, outcome_for
+    from taskward.transitions import KeyAlreadyUsed, TerminalBuild, apply_built
+
+    worker = spec()
+    ids = [await submit(db, "nap", {"seconds": 0}, now=T0 + i) for i in range(3)]
+    leases = await claim_runs(db, worker, now=T0 + 10)
+    builds = []
+    for lease in leases:
+
+        def outcome(at: float, lease: Lease = lease) -> Any:
+            result = TaskExecutionResult(status="completed", exit_code=0)
+            return outcome_for(
+                result, lease, max_attempts=5, cancel_requested=False, now=at, policy=RetryPolicy()
+            )
+
+        build = finish_build(
+            lease, outcome, actor=Actor(type="system", id=worker.worker_id), key_suffix="ack"
+        )
+        assert type(build) is TerminalBuild
+        builds.append(build)
+    taken, _, _ = builds[1](T0 + 20)
+    _plant_fact(db_url, backend, ids[1], taken.idempotency_key)
+    with pytest.raises(KeyAlreadyUsed):
+        async with db.transaction(now=T0 + 20) as tx:
+            await apply_built(tx, builds)
+    for task_id in ids:
+        assert (await taskward.get_task(db, task_id))["status"] == "running"
+        assert [f["status"] for f in await taskward.list_transitions(db, task_id)].count(
+            "completed"
+        ) == 0
+        assert len(await taskward.list_task_events(db, task_id)) == 1  # the claim's
+    from taskward.outbox import list_notifications
+
+    assert (await list_notifications(db))[0] == []
+
+
+async def test_a_claim_pass_meeting_a_taken_transition_key_claims_nothing(
+    db: StateDB, backend: str, db_url: str
+) -> None:
+    """A claim pass whose row's claim key another fact already holds raises KeyAlreadyUsed and
+    leaves every row of the pass queued, with no claim fact or event: on PostgreSQL the
+    one-statement pass inserts its facts plainly and the unique index refuses the key."""
+    from taskward.claims import _claim_transition, claim_pass
+    from taskward.transitions import KeyAlreadyUsed
+
+    worker = spec()
+    ids = [await submit(db, now=T0 + i) for i in range(3)]
+    _plant_fact(db_url, backend, ids[2], _claim_transition(worker, ids[2], 1).idempotency_key)
+    with pytest.raises(KeyAlreadyUsed):
+        async with db.transaction(now=T0 + 10) as tx:
+            await claim_pass(tx, worker, 3)
+    for task_id in ids:
+        row = await taskward.get_task(db, task_id)
+        assert (row["status"], row["lease_attempts"], row["leased_by"]) == ("queued", 0, None)
+        assert await taskward.list_task_events(db, task_id) == []
+
+
 async def test_two_claimers_never_share_a_row(db: StateDB, db_url: str) -> None:
     ids = {await submit(db) for _ in range(30)}
     other = await taskward.open_db(db_url)

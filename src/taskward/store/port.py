@@ -71,6 +71,15 @@ RUN_PROJECTION_COLUMNS: Final[frozenset[str]] = frozenset(
 )
 
 
+class TransitionKeyTaken(Exception):
+    """A one-statement batch (``claim_queued``, ``finish_running``) met a fact whose transition
+    idempotency key another fact already holds: the unique index refused it.
+
+    Raised inside a transaction that is now aborted; the caller lets it roll back and treats
+    the key as used (as a fact that inserted nothing would have told it).
+    """
+
+
 class ConcurrencyKeyBusy(Exception):
     """A guarded update would run a second row with the same serialization key (R7).
 
@@ -183,7 +192,8 @@ class AuditingTx(Tx, Protocol):
         statement (``transitions.apply_built`` builds ``params`` from a ``finish_template``):
         for each row, its guarded compare-and-swap under its lease, its fact, event and
         notification, as ``run_update_many_audited`` writes them. Returns the changed rows'
-        ``id``, ``fact_id``, ``event_id`` and ``fact_written``, in no particular order."""
+        ``id``, ``fact_id``, ``event_id`` and ``fact_written``, in no particular order; a taken
+        transition key raises ``TransitionKeyTaken`` (the transaction is aborted)."""
         ...
 
     async def claim_queued(self, params: Mapping[str, Any]) -> list[Row]:
@@ -192,7 +202,7 @@ class AuditingTx(Tx, Protocol):
         ``queued -> running`` compare-and-swap, lease, fact and event. Rows come in no
         particular order with their place (``claim_k``), ``fact_written``, and the page's
         ``page_rows``, ``keyed`` and ``stale``; a pass that took nothing returns one row of
-        these three alone."""
+        these three alone. A taken transition key raises ``TransitionKeyTaken``."""
         ...
 
 

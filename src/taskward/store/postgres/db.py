@@ -37,7 +37,7 @@ from taskward.store.guarded import (
 )
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
 from taskward.store.pgarrays import ARRAY_TYPES, PgArray, pg_array, text_array
-from taskward.store.port import ConcurrencyKeyBusy, Params, Row, RunUpdate
+from taskward.store.port import ConcurrencyKeyBusy, Params, Row, RunUpdate, TransitionKeyTaken
 from taskward.store.queries import load_queries, many_columns, to_pyformat
 from taskward.store.retry import Backoff, Streak
 from taskward.store.signals import CHANNELS, Signal, Signals
@@ -62,6 +62,7 @@ _NOW_SQL = "SELECT extract(epoch FROM clock_timestamp())::float8 AS now"
 _BEGIN_SQL = "BEGIN; SET LOCAL enable_seqscan = off; SET LOCAL jit = off"
 _BEGIN_NOW_SQL = f"{_BEGIN_SQL}; {_NOW_SQL}".encode()
 _RUNNING_KEY_INDEX = "idx_schedule_runs_running_concurrency"
+_TRANSITION_KEY_INDEX = "idx_status_transitions_idempotency"
 _CHANNEL_PREFIX = "taskward_"
 
 
@@ -167,7 +168,7 @@ def _translate() -> Iterator[None]:
     """Translate driver errors once, at the store boundary."""
     try:
         yield
-    except (ConcurrencyKeyBusy, StoreError):
+    except (ConcurrencyKeyBusy, TransitionKeyTaken, StoreError):
         raise
     except psycopg.Error as exc:
         raise translate_error(exc) from exc
@@ -305,13 +306,25 @@ class _PgTx:
         """``run_finish_batch``: a group's terminal transitions, one statement (its per-row
         columns as binary arrays)."""
         arrays = {name: pg_array(pg_type, params[name]) for name, pg_type in _FINISH_ARRAYS}
-        return await self.fetchall("run_finish_batch", {**params, **arrays})
+        return await self._batch("run_finish_batch", {**params, **arrays})
 
     async def claim_queued(self, params: Mapping[str, Any]) -> list[Row]:
         """``run_claim_batch``: a claim pass's first page and its transitions, one statement
         (its new rows' ids as binary text arrays, not through psycopg's list dumper)."""
         ids = {name: text_array(params[name]) for name in ("fact_ids", "event_ids")}
-        return await self.fetchall("run_claim_batch", {**params, **ids})
+        return await self._batch("run_claim_batch", {**params, **ids})
+
+    async def _batch(self, name: str, params: Params) -> list[Row]:
+        """A one-statement batch whose facts are plain inserts: a taken transition key is the
+        unique index's refusal, raised as ``TransitionKeyTaken``."""
+        with _translate():
+            try:
+                cur = await self._conn.execute(self._queries[name], self._params(params))
+            except pg_errors.UniqueViolation as exc:
+                if exc.diag.constraint_name == _TRANSITION_KEY_INDEX:
+                    raise TransitionKeyTaken(str(exc)) from exc
+                raise
+            return await cur.fetchall()
 
     async def _compare_and_swap(self, sql: str, params: dict[str, Any]) -> list[Row]:
         """A guarded update's rows; a second running row of a serialization key (the unique

@@ -8,7 +8,9 @@
 -- claimed and committed since the page was read). The rows locked are the same: the first
 -- p_lock served rows of the page that no other transaction holds, in page order (the prefix's
 -- locked rows all come before the rest's); the page, its order and keyset cursor, the plans
--- (primary-key lookups, no sort worth a JIT) and every column returned are 0006's.
+-- (primary-key lookups, no sort worth a JIT) and every column returned are 0006's. A row that
+-- requires no capability is served without expanding its empty list (a set-returning function
+-- call per page row).
 CREATE OR REPLACE FUNCTION taskward_claim_lock_page(
   p_max_attempts     integer,
   p_kinds            jsonb,
@@ -45,10 +47,10 @@ BEGIN
   ), served AS MATERIALIZED (
     SELECT array_agg(p.id ORDER BY p.ordinality) AS ids FROM page p
     WHERE (COALESCE(p.execution_target, '') = '' OR p_targets ? p.execution_target)
-      AND NOT EXISTS (
-        SELECT 1 FROM jsonb_array_elements_text(COALESCE(p.required_capabilities, '[]'))
-                 AS t(token)
-        WHERE NOT p_capabilities ? t.token AND NOT p_soft ? t.token)
+      AND (COALESCE(p.required_capabilities, '[]') = '[]'
+           OR NOT EXISTS (
+             SELECT 1 FROM jsonb_array_elements_text(p.required_capabilities) AS t(token)
+             WHERE NOT p_capabilities ? t.token AND NOT p_soft ? t.token))
   ), head AS MATERIALIZED (
     SELECT s.ids[1:p_lock] AS ids, s.ids[p_lock + 1:] AS rest FROM served s
   ), mine_head AS MATERIALIZED (
