@@ -1182,7 +1182,7 @@ def explain_claim(store: Store) -> dict[str, Any]:
     with psycopg.connect(store.raw) as conn:
         ids = [r[0] for r in conn.execute(queries["run_claim_page"], page).fetchall()]
         conn.rollback()
-        try:  # the plans inside taskward_claim_page (superuser, or auto_explain preloaded)
+        try:  # the plan inside taskward_claim_lock_page (superuser, or auto_explain preloaded)
             conn.execute("LOAD 'auto_explain'")
             for setting in (
                 "log_min_duration = 0",
