@@ -66,7 +66,10 @@ def loopback_bytes() -> int:
 
 async def drain(url: str, count: int, concurrency: int) -> dict[str, Any]:
     import taskward
+    from taskward.cli.common import tune_gc
     from taskward.runtime import WorkerConfig, WorkerRuntime
+
+    tune_gc()  # as the CLI's worker process does before its loop starts
 
     registry = taskward.build_registry(taskward.AdapterConfig(imports=("taskward.benchtasks",)))
     apps = [
@@ -135,14 +138,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--label", default="")
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="MODULE:NAME=VALUE",
+        help="an experiment: set a module constant (an int or float) before the drain, "
+        "e.g. taskward.groupcommit:POSTGRES_LANES=3 (repeatable)",
+    )
+    parser.add_argument(
         "--ddl",
         default="",
         help="SQL run on the fresh store before the drain (an experiment: indexes, settings)",
     )
     args = parser.parse_args(argv)
 
+    import importlib
+
     import taskward
 
+    for setting in args.set:
+        target, _, value = setting.partition("=")
+        module_name, _, name = target.partition(":")
+        module = importlib.import_module(module_name)
+        if not hasattr(module, name):
+            parser.error(f"--set {setting}: {module_name} has no {name}")
+        setattr(module, name, float(value) if "." in value else int(value))
     stores = Stores(args.pg_url, None, "inproc")
     try:
         store = stores.create(args.backend)
@@ -165,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         result.update(
             backend=args.backend,
             label=args.label,
+            settings=args.set,
             taskward=str(Path(taskward.__file__).parent),
             violations=len(audit.violations),
             rows_per_task=audit.per_task(),

@@ -73,6 +73,7 @@ class Statement:
 _MANY: Final = {
     "fact_insert_many": "fact_insert",
     "summary_write_many": "summary_write",
+    "summary_insert_many": "summary_write",  # a one-step finish's plain insert of the same rows
     "event_insert_many": "event_insert",
     "outbox_enqueue_many": "outbox_enqueue",
     "run_insert_many_if_new": "run_insert_if_new",

@@ -172,6 +172,30 @@ async def test_a_batch_meeting_a_summary_already_written_falls_back_to_two_steps
         assert await statuses(db, task.id) == ["running", "completed"]
 
 
+async def test_a_batch_meeting_a_pending_summary_completes_it_in_two_steps(db: StateDB) -> None:
+    """The batch inserts its summaries plainly; a session whose summary is pending (an earlier
+    failure path marked it) fails that insert, and the fallback completes the pending row
+    (D4: never left pending under a completed task) and the task, with every other finish."""
+    ids = [await submit(db) for _ in range(4)]
+    src = source(db, one_step=True)
+    tasks = await src.claim_many(4)
+    assert src.summary_store is not None and sorted(t.id for t in tasks) == sorted(ids)
+    await src.summary_store.mark_pending(f"{tasks[1].id}:1", "an earlier attempt at finishing")
+    results = await asyncio.gather(
+        *(
+            src.complete_with_summary(
+                t.id, t.lease_id, result_for(t), summary_for(t), claim_next=none
+            )
+            for t in tasks
+        )
+    )
+    assert [ack for ack, _ in results] == [ACCEPTED] * 4
+    for task in tasks:
+        assert await statuses(db, task.id) == ["running", "completed"]
+        row = await db.fetchone("summary_get", {"session_key": f"{task.id}:1"})
+        assert row is not None and row["state"] == "complete"
+
+
 def gated_host(
     src: Any, db: StateDB, gates: dict[str, asyncio.Event], *, slots: int
 ) -> tuple[ResidentEngineHost, list[str]]:

@@ -72,6 +72,7 @@ def test_each_set_based_write_takes_one_array_per_parameter_of_its_one_row_state
         "event_insert_many": "event_insert",
         "outbox_enqueue_many": "outbox_enqueue",
         "summary_write_many": "summary_write",
+        "summary_insert_many": "summary_write",
         "run_insert_many_if_new": "run_insert_if_new",
     }
     postgres = load_queries("postgres")

@@ -93,8 +93,8 @@ class _Finished:
 
 
 class _SummaryExists(Exception):
-    """A batch of one-step finishes met a summary row already there (a replay or a conflict):
-    the batch rolls back and each finish takes the two-step path, which judges it."""
+    """A batch of one-step finishes wrote fewer summaries than it has finishes: the batch rolls
+    back and each finish takes the two-step path, which judges the row already there."""
 
 
 def _parse_lease_id(value: str) -> tuple[str, int] | None:
@@ -391,9 +391,14 @@ class LocalTaskSource:
 
     async def _finish_together(self, tx: Tx, items: list[_Finish]) -> list[_Finished]:
         """GroupCommit's combine for ``complete_with_summary``: every summary (one multi-row
-        upsert), then every completion (one set-based compare-and-swap), then claim passes of
-        at most 20 for the slots those completions freed."""
-        if not await _all_summaries_written(tx, [item.summary for item in items]):
+        insert), then every completion (one set-based compare-and-swap), then claim passes of
+        at most 20 for the slots those completions freed.
+
+        A session that already has a summary row (pending, or complete: a replay or a conflict)
+        fails the insert (``summary_insert_many``), which rolls the batch back: each finish
+        then takes the two-step path, which judges that row as ``summary_write`` does."""
+        [count] = await tx.write_many([("summary_insert_many", [i.summary for i in items])])
+        if count != len(items):
             raise _SummaryExists
         transitions = await apply_built(tx, [item.build for item in items])
         wanted = [max(0, item.claim_next()) for item in items]

@@ -260,6 +260,10 @@ class _PgTx:
         if not any(rows for _, rows in statements):
             return [0] * len(statements)
         with _translate():
+            if len(statements) == 1:  # one round trip anyway: no pipeline mode to enter and sync
+                [(name, rows)] = statements
+                params = _columns(name, rows, self.now)
+                return [(await self._conn.execute(self._queries[name], params)).rowcount]
             async with self._conn.pipeline():
                 cursors = [
                     await self._conn.execute(self._queries[name], _columns(name, rows, self.now))

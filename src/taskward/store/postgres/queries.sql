@@ -874,6 +874,21 @@ FROM unnest(
 ) AS r(id, kind, dedup_key, schedule_run_id, transition_id, body, max_attempts, ttl_s)
 ON CONFLICT (dedup_key) DO NOTHING;
 
+-- name: summary_insert_many
+-- The complete summaries of a one-step finish (host.local: summary, completion and the next
+-- claim in one transaction): a plain insert, so a session that already has a row (pending or
+-- complete) fails the statement; the group commit then rolls the batch back and each finish
+-- takes its two-step path, whose summary_write completes a pending row or compares a complete
+-- one. No speculative insertion per row, which an ON CONFLICT clause costs.
+INSERT INTO task_summaries (session_key, task_id, attempt, state, summary, summary_hash, reason,
+                            created_at, updated_at)
+SELECT r.session_key, r.task_id, r.attempt, 'complete', r.summary::jsonb, r.summary_hash, NULL,
+       :now, :now
+FROM unnest(
+  :session_key::text[], :task_id::text[], :attempt::integer[], :summary::text[],
+  :summary_hash::text[]
+) AS r(session_key, task_id, attempt, summary, summary_hash);
+
 -- name: summary_write_many
 -- summary_write for many sessions; a complete row is left untouched (the count falls short).
 INSERT INTO task_summaries (session_key, task_id, attempt, state, summary, summary_hash, reason,

@@ -676,6 +676,13 @@ INSERT INTO dispatch_outbox (
 )
 ON CONFLICT (dedup_key) DO NOTHING;
 
+-- name: summary_insert_many
+-- The complete summaries of a one-step finish as plain inserts: a session that already has a
+-- row fails the statement and the batch takes the two-step path (PostgreSQL's comment says why).
+INSERT INTO task_summaries (session_key, task_id, attempt, state, summary, summary_hash, reason,
+                            created_at, updated_at)
+VALUES (:session_key, :task_id, :attempt, 'complete', :summary, :summary_hash, NULL, :now, :now);
+
 -- name: summary_write_many
 -- summary_write for each session; a complete row is left untouched (the count falls short).
 INSERT INTO task_summaries (session_key, task_id, attempt, state, summary, summary_hash, reason,
