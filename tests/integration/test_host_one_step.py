@@ -150,15 +150,23 @@ async def test_finishes_arriving_together_share_commits_and_keep_their_own_facts
         assert stored is not None and stored["state"] == "complete"
 
 
-async def test_a_batch_meeting_a_summary_already_written_falls_back_to_two_steps(
-    db: StateDB,
+@pytest.mark.parametrize("earlier", ["complete", "pending"])
+async def test_a_batch_meeting_a_summary_already_there_falls_back_to_two_steps(
+    db: StateDB, earlier: str
 ) -> None:
+    """The batch inserts its summaries plainly; a session that already has a row fails that
+    insert and every finish of the batch takes the two-step path: a complete row with the same
+    content (a retry after a lost reply) is a replay, a pending one (an earlier failure path
+    marked it) is completed (D4: never left pending under a completed task)."""
     ids = [await submit(db) for _ in range(6)]
     src = source(db, one_step=True)
     tasks = await src.claim_many(6)
     assert src.summary_store is not None and sorted(t.id for t in tasks) == sorted(ids)
-    # A retry after a lost reply finds its summary already there (same content: no conflict).
-    await src.summary_store.write(f"{tasks[2].id}:1", summary_for(tasks[2]))
+    key = f"{tasks[2].id}:1"
+    if earlier == "complete":
+        await src.summary_store.write(key, summary_for(tasks[2]))
+    else:
+        await src.summary_store.mark_pending(key, "an earlier attempt at finishing")
     results = await asyncio.gather(
         *(
             src.complete_with_summary(
@@ -168,28 +176,6 @@ async def test_a_batch_meeting_a_summary_already_written_falls_back_to_two_steps
         )
     )
     assert [ack for ack, _ in results] == [ACCEPTED] * 6
-    for task in tasks:
-        assert await statuses(db, task.id) == ["running", "completed"]
-
-
-async def test_a_batch_meeting_a_pending_summary_completes_it_in_two_steps(db: StateDB) -> None:
-    """The batch inserts its summaries plainly; a session whose summary is pending (an earlier
-    failure path marked it) fails that insert, and the fallback completes the pending row
-    (D4: never left pending under a completed task) and the task, with every other finish."""
-    ids = [await submit(db) for _ in range(4)]
-    src = source(db, one_step=True)
-    tasks = await src.claim_many(4)
-    assert src.summary_store is not None and sorted(t.id for t in tasks) == sorted(ids)
-    await src.summary_store.mark_pending(f"{tasks[1].id}:1", "an earlier attempt at finishing")
-    results = await asyncio.gather(
-        *(
-            src.complete_with_summary(
-                t.id, t.lease_id, result_for(t), summary_for(t), claim_next=none
-            )
-            for t in tasks
-        )
-    )
-    assert [ack for ack, _ in results] == [ACCEPTED] * 4
     for task in tasks:
         assert await statuses(db, task.id) == ["running", "completed"]
         row = await db.fetchone("summary_get", {"session_key": f"{task.id}:1"})
