@@ -145,9 +145,9 @@ WHERE status = 'running' AND concurrency_key IS NOT NULL;
 -- The first :lock rows of the page that this worker serves (:targets, :capabilities; :soft
 -- tokens never filter) and no other transaction holds come back locked (FOR UPDATE SKIP
 -- LOCKED, locked = true): a claim pass needs no second round trip to lock them, and two
--- claimers never pick the same rows. taskward_claim_lock_page (migration 0006) reads the page
--- through taskward_claim_page (0005), which walks idx_schedule_runs_claim in order whatever the
--- planner statistics, and locks by primary key.
+-- claimers never pick the same rows. taskward_claim_lock_page (migrations 0006, 0008) reads the
+-- page with 0005's statement, which walks idx_schedule_runs_claim in order whatever the planner
+-- statistics, and locks by primary key, the rows the pass asked for first.
 -- A NULL max_attempts reads the stored ceiling (R6) here, so a pass's first page can travel in
 -- the same round trip as claim_context.
 SELECT * FROM taskward_claim_lock_page(
@@ -162,7 +162,7 @@ SELECT * FROM taskward_claim_lock_page(
 -- (claims.claim_pass for a worker without affinity ranking; transitions.apply_claims builds the
 -- transition parameters from the claim request's template, so what is written is exactly what
 -- the paged pass writes, row for row: a test compares them column by column).
--- page: taskward_claim_lock_page's first page (0006), its served rows locked;
+-- page: taskward_claim_lock_page's first page (0006, 0008), its served rows locked;
 -- picked: the locked rows in page order, at most :limit, none once a locked row with a
 --   serialization key comes (those need the paged pass's one-by-one claim, R7), none when this
 --   worker's heartbeat is stale (ADR-0071 D4: a known worker with a stale heartbeat claims
