@@ -46,8 +46,10 @@ from taskward.store.port import (
     Row,
     RunUpdate,
     StateDB,
-    TransitionKeyTaken,
     Tx,
+)
+from taskward.store.port import (
+    KeyAlreadyUsed as KeyAlreadyUsed,  # raised here too; callers catch it from here
 )
 
 
@@ -117,11 +119,6 @@ def lease_id(leased_by: str | None, lease_attempts: int | None) -> str | None:
     if leased_by is None:
         return None
     return f"{leased_by}/{lease_attempts or 0}"
-
-
-class KeyAlreadyUsed(Exception):
-    """Internal: the transition's idempotency key already has a fact. The caller lets the
-    transaction roll back and answers with ``replayed_result``."""
 
 
 async def replayed_result(
@@ -698,18 +695,9 @@ async def apply_claims(
     compare-and-swap, fact and event, as ``apply_transitions`` would write them; a taken
     transition key raises KeyAlreadyUsed (the caller rolls back)."""
     ids = [new_id() for _ in range(2 * limit)]
-    try:
-        found = await tx.claim_queued(
-            {
-                **params,
-                **template,
-                "limit": limit,
-                "fact_ids": ids[:limit],
-                "event_ids": ids[limit:],
-            }
-        )
-    except TransitionKeyTaken as exc:
-        raise KeyAlreadyUsed(str(exc)) from exc
+    found = await tx.claim_queued(
+        {**params, **template, "limit": limit, "fact_ids": ids[:limit], "event_ids": ids[limit:]}
+    )
     page_rows, keyed, stale = found[0]["page_rows"], found[0]["keyed"], found[0]["stale"]
     claimed: list[tuple[int, Row]] = []
     for row in found:
@@ -1053,18 +1041,15 @@ async def _apply_finishes(
     new = [new_id() for _ in range(3 * count)]
     fact_ids, event_ids = new[:count], new[count : 2 * count]
     outbox_ids = new[2 * count :] if is_terminal(first.to_state) else [None] * count
-    try:
-        rows = await tx.finish_running(
-            {
-                **template,
-                **params,
-                "fact_ids": fact_ids,
-                "event_ids": event_ids,
-                "outbox_ids": outbox_ids,
-            }
-        )
-    except TransitionKeyTaken as exc:
-        raise KeyAlreadyUsed(str(exc)) from exc
+    rows = await tx.finish_running(
+        {
+            **template,
+            **params,
+            "fact_ids": fact_ids,
+            "event_ids": event_ids,
+            "outbox_ids": outbox_ids,
+        }
+    )
     written = {row["id"]: row["fact_written"] for row in rows}
     results: list[TransitionResult] = []
     for terminal, item, fact_id, event_id in zip(

@@ -71,12 +71,13 @@ RUN_PROJECTION_COLUMNS: Final[frozenset[str]] = frozenset(
 )
 
 
-class TransitionKeyTaken(Exception):
-    """A one-statement batch (``claim_queued``, ``finish_running``) met a fact whose transition
-    idempotency key another fact already holds: the unique index refused it.
+class KeyAlreadyUsed(Exception):
+    """A transition's idempotency key already has a fact (ADR-0072 D3).
 
-    Raised inside a transaction that is now aborted; the caller lets it roll back and treats
-    the key as used (as a fact that inserted nothing would have told it).
+    Raised inside a transaction: by ``transitions`` when a fact inserted nothing, and by a
+    one-statement batch (``claim_queued``, ``finish_running``) whose plain insert the unique
+    index refused, which aborts the transaction. Either way the caller lets it roll back and
+    answers with ``transitions.replayed_result`` (or runs each unit of a batch alone).
     """
 
 
@@ -193,7 +194,7 @@ class AuditingTx(Tx, Protocol):
         for each row, its guarded compare-and-swap under its lease, its fact, event and
         notification, as ``run_update_many_audited`` writes them. Returns the changed rows'
         ``id``, ``fact_id``, ``event_id`` and ``fact_written``, in no particular order; a taken
-        transition key raises ``TransitionKeyTaken`` (the transaction is aborted)."""
+        transition key raises ``KeyAlreadyUsed`` (the transaction is aborted)."""
         ...
 
     async def claim_queued(self, params: Mapping[str, Any]) -> list[Row]:
@@ -202,7 +203,7 @@ class AuditingTx(Tx, Protocol):
         ``queued -> running`` compare-and-swap, lease, fact and event. Rows come in no
         particular order with their place (``claim_k``), ``fact_written``, and the page's
         ``page_rows``, ``keyed`` and ``stale``; a pass that took nothing returns one row of
-        these three alone. A taken transition key raises ``TransitionKeyTaken``."""
+        these three alone. A taken transition key raises ``KeyAlreadyUsed``."""
         ...
 
 

@@ -37,7 +37,7 @@ from taskward.store.guarded import (
 )
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
 from taskward.store.pgarrays import ARRAY_TYPES, PgArray, pg_array, text_array
-from taskward.store.port import ConcurrencyKeyBusy, Params, Row, RunUpdate, TransitionKeyTaken
+from taskward.store.port import ConcurrencyKeyBusy, KeyAlreadyUsed, Params, Row, RunUpdate
 from taskward.store.queries import load_queries, many_columns, to_pyformat
 from taskward.store.retry import Backoff, Streak
 from taskward.store.signals import CHANNELS, Signal, Signals
@@ -168,7 +168,7 @@ def _translate() -> Iterator[None]:
     """Translate driver errors once, at the store boundary."""
     try:
         yield
-    except (ConcurrencyKeyBusy, TransitionKeyTaken, StoreError):
+    except (ConcurrencyKeyBusy, KeyAlreadyUsed, StoreError):
         raise
     except psycopg.Error as exc:
         raise translate_error(exc) from exc
@@ -320,13 +320,13 @@ class _PgTx:
 
     async def _batch(self, name: str, params: Params) -> list[Row]:
         """A one-statement batch whose facts are plain inserts: a taken transition key is the
-        unique index's refusal, raised as ``TransitionKeyTaken``."""
+        unique index's refusal, raised as ``KeyAlreadyUsed``."""
         with _translate():
             try:
                 cur = await self._conn.execute(self._queries[name], self._params(params))
             except pg_errors.UniqueViolation as exc:
                 if exc.diag.constraint_name == _TRANSITION_KEY_INDEX:
-                    raise TransitionKeyTaken(str(exc)) from exc
+                    raise KeyAlreadyUsed(str(exc)) from exc
                 raise
             return await cur.fetchall()
 

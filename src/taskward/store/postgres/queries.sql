@@ -176,7 +176,7 @@ SELECT * FROM taskward_claim_lock_page(
 -- fact / event: the transition's fact (its request hash the canonical request text spliced
 --   around the row's id and attempt) and event, exactly apply_transition's. A taken transition
 --   key fails the statement (the unique index refuses the fact; the store raises
---   TransitionKeyTaken and the transaction is aborted): a plain insert, not ON CONFLICT, whose
+--   KeyAlreadyUsed and the transaction is aborted): a plain insert, not ON CONFLICT, whose
 --   speculative insertion cost ~5 us of server time a row. fact_written is always true.
 -- Every returned row carries the page's size, whether a locked keyed row was met and whether
 -- the heartbeat was stale; a pass that claimed nothing returns one row of these alone.
@@ -257,7 +257,7 @@ LEFT JOIN u ON true;
 --   by a partial index over every running row);
 -- fact: the request hash is the canonical request text cut around the row's id, attempt and
 --   evidence (finish_template), hashed here; a taken transition key fails the statement, as in
---   run_claim_batch (TransitionKeyTaken; fact_written is always true);
+--   run_claim_batch (KeyAlreadyUsed; fact_written is always true);
 -- notification: its dedup key names the fact just inserted, so it cannot be taken once that
 --   insert succeeded: a plain insert too.
 WITH v AS MATERIALIZED (
