@@ -23,7 +23,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from taskward.capabilities import (
     CAPABILITY_CLASSES,
@@ -38,10 +38,11 @@ from taskward.store.port import AuditingTx, Row, StateDB, Tx
 from taskward.transitions import (
     LostToConcurrencyKey,
     apply_claim_rows,
-    apply_claims,
     apply_transition,
     apply_transitions,
+    claim_call,
     claim_template,
+    claimed_rows,
     lease_id,
     request_hash,
 )
@@ -103,7 +104,7 @@ class WorkerSpec:
 
     @cached_property
     def claim_template(self) -> dict[str, Any] | None:
-        """This worker's claim transition for ``transitions.apply_claims`` (None: the paged
+        """This worker's claim transition for ``transitions.claim_call`` (None: the paged
         pass claims): built once."""
         return claim_template(partial(_claim_transition, self))
 
@@ -414,40 +415,64 @@ async def claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
     if limit <= 0:
         return []
     auditing = tx.auditing()
-    template = None if spec.ranked else spec.claim_template
-    if auditing is None or template is None:
+    call = pass_call(tx, spec, limit)
+    if auditing is None or call is None:
         return await _claim_paged(tx, spec, limit)
-    claimed, more = await _claim_in_one_statement(auditing, template, spec, limit)
+    claimed, more = await _claim_in_one_statement(auditing, call, spec)
+    return await claim_rest(tx, spec, limit, claimed, more)
+
+
+async def claim_rest(
+    tx: Tx, spec: WorkerSpec, limit: int, claimed: list[Claimed], more: bool
+) -> list[Claimed]:
+    """A pass's one statement took ``claimed``; the paged pass takes over for what it left
+    (``more``: rows behind a serialization key, rows past a page concurrent claimers held)."""
     if len(claimed) < limit and more:
         claimed += await _claim_paged(tx, spec, limit - len(claimed))
     return claimed
 
 
-async def _claim_in_one_statement(
-    tx: AuditingTx, template: dict[str, Any], spec: WorkerSpec, limit: int
-) -> tuple[list[Claimed], bool]:
-    """The first page's served rows, claimed in page order in one statement
-    (``transitions.apply_claims``), and whether the paged pass may find more: a locked row
-    with a serialization key stopped it (R7: those are claimed one by one), or the page was
-    full (rows beyond it, or rows in it another claimer held)."""
+class PassCall(NamedTuple):
+    """A claim pass's one statement, prepared but not sent (``pass_call``)."""
+
+    params: dict[str, Any]
+    template: dict[str, Any]
+    limit: int
+    page_size: int
+
+
+def pass_call(tx: Tx, spec: WorkerSpec, limit: int) -> PassCall | None:
+    """``claim_pass``'s one statement for at most ``limit`` (<= 20), for a caller that sends it
+    together with other statements (``AuditingTx.together``) and reads it with
+    ``pass_claimed``; None where ``claim_pass`` would take the paged pass at once (a store that
+    takes written rows, a worker with affinity ranking)."""
+    limit = min(limit, CLAIM_CAP)
+    template = None if spec.ranked else spec.claim_template
+    if limit <= 0 or tx.auditing() is None or template is None:
+        return None
     page_size = _first_page_size(spec, limit)
-    batch = await apply_claims(
-        tx,
-        template,
-        {
-            "worker_id": spec.worker_id,
-            "heartbeat_ttl": spec.heartbeat_ttl,
-            "now": tx.now,
-            **spec.page_filter,
-            "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
-            "page_size": page_size,
-            "lock": limit,
-            "default_timeout_s": spec.default_timeout_s,
-            "lease_ttl": spec.lease_ttl,
-            "lease_slack_s": spec.lease_slack_s,
-        },
-        limit=limit,
-    )
+    params = {
+        "worker_id": spec.worker_id,
+        "heartbeat_ttl": spec.heartbeat_ttl,
+        "now": tx.now,
+        **spec.page_filter,
+        "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
+        "page_size": page_size,
+        "lock": limit,
+        "default_timeout_s": spec.default_timeout_s,
+        "lease_ttl": spec.lease_ttl,
+        "lease_slack_s": spec.lease_slack_s,
+    }
+    return PassCall(claim_call(template, params, limit=limit), template, limit, page_size)
+
+
+def pass_claimed(
+    spec: WorkerSpec, now: float, call: PassCall, found: list[Row]
+) -> tuple[list[Claimed], bool]:
+    """The leases ``claim_queued`` answered for ``call``, and whether the paged pass may find
+    more: a locked row with a serialization key stopped it (R7: those are claimed one by one),
+    or the page was full (rows beyond it, or rows in it another claimer held)."""
+    batch = claimed_rows(call.template, found)
     if batch.stale:
         return [], False  # a known worker with a stale heartbeat claims nothing (ADR-0071 D4)
     claimed = [
@@ -458,7 +483,7 @@ async def _claim_in_one_statement(
                 attempt=row["lease_attempts"],
                 lease_expires_at=row["lease_expires_at"],
                 deadline_at=row["deadline_at"],
-                claimed_at=tx.now,
+                claimed_at=now,
                 action_kind=row["action_kind"],
                 concurrency_key=row["concurrency_key"],
             ),
@@ -466,7 +491,15 @@ async def _claim_in_one_statement(
         )
         for row in batch.rows
     ]
-    return claimed, batch.keyed or batch.page_rows >= page_size
+    return claimed, batch.keyed or batch.page_rows >= call.page_size
+
+
+async def _claim_in_one_statement(
+    tx: AuditingTx, call: PassCall, spec: WorkerSpec
+) -> tuple[list[Claimed], bool]:
+    """The first page's served rows, claimed in page order in one statement
+    (``transitions.claim_call``), and whether the paged pass may find more (``pass_claimed``)."""
+    return pass_claimed(spec, tx.now, call, await tx.claim_queued(call.params))
 
 
 async def _claim_paged(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:

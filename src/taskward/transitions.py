@@ -676,7 +676,7 @@ async def apply_claim_rows(
 
 
 class ClaimedRows(NamedTuple):
-    """``apply_claims``' answer: the rows it claimed (each as ``RETURNING *`` left it), in claim
+    """``claimed_rows``' answer: the rows it claimed (each as ``RETURNING *`` left it), in claim
     order, and what the page said: its size, whether a locked row with a serialization key
     stopped the pass, whether the worker's heartbeat was stale (then nothing was claimed)."""
 
@@ -686,18 +686,25 @@ class ClaimedRows(NamedTuple):
     stale: bool
 
 
-async def apply_claims(
-    tx: AuditingTx, template: Mapping[str, Any], params: Mapping[str, Any], *, limit: int
-) -> ClaimedRows:
-    """Up to ``limit`` ``queued -> running`` transitions of one claim pass in one statement
-    (``AuditingTx.claim_queued``): the page and lease parameters are the caller's (claims),
-    the transition's are ``template``'s (``claim_template``). Each row keeps its own
-    compare-and-swap, fact and event, as ``apply_transitions`` would write them; a taken
-    transition key raises KeyAlreadyUsed (the caller rolls back)."""
+def claim_call(
+    template: Mapping[str, Any], params: Mapping[str, Any], *, limit: int
+) -> dict[str, Any]:
+    """``AuditingTx.claim_queued``'s parameters for one claim pass of up to ``limit``: the page
+    and lease parameters are the caller's (claims), the transition's are ``template``'s
+    (``claim_template``), with new fact and event ids."""
     ids = [new_id() for _ in range(2 * limit)]
-    found = await tx.claim_queued(
-        {**params, **template, "limit": limit, "fact_ids": ids[:limit], "event_ids": ids[limit:]}
-    )
+    return {
+        **params,
+        **template,
+        "limit": limit,
+        "fact_ids": ids[:limit],
+        "event_ids": ids[limit:],
+    }
+
+
+def claimed_rows(template: Mapping[str, Any], found: list[Row]) -> ClaimedRows:
+    """What ``claim_queued`` answered for a ``claim_call``, as ``ClaimedRows`` (rows in claim
+    order); a taken transition key raises KeyAlreadyUsed."""
     page_rows, keyed, stale = found[0]["page_rows"], found[0]["keyed"], found[0]["stale"]
     claimed: list[tuple[int, Row]] = []
     for row in found:
@@ -804,11 +811,16 @@ async def apply_built(tx: Tx, builds: list[Callable[[float], Built]]) -> list[Tr
         finished = await _apply_finishes(tx, terminals, resolved)
         if finished is not None:
             return finished
-        built = [
-            terminal.built(outcome) for terminal, outcome in zip(terminals, resolved, strict=True)
-        ]
-    else:
-        built = [build(now) for build in builds]
+        return await _apply_each(tx, _built(terminals, resolved))
+    return await _apply_each(tx, [build(now) for build in builds])
+
+
+def _built(terminals: Sequence[TerminalBuild], resolved: Sequence[Resolved]) -> list[Built]:
+    return [terminal.built(outcome) for terminal, outcome in zip(terminals, resolved, strict=True)]
+
+
+async def _apply_each(tx: Tx, built: list[Built]) -> list[TransitionResult]:
+    """``apply_built``'s general path: each item's request checked and applied set-based."""
     prepared: list[Prepared] = []
     for request, guard, patch in built:
         _check_static(request, guard, patch)
@@ -1008,17 +1020,39 @@ def _finish_params(
     return params, key_head
 
 
-async def _apply_finishes(
-    tx: Tx, terminals: Sequence[TerminalBuild], resolved: Sequence[Resolved]
-) -> list[TransitionResult] | None:
-    """``apply_transitions`` for a group of terminal builds from one ``finish_template``, each
-    with its own compare-and-swap, fact, event and notification: one ``finish_running``
-    statement where the store writes audit rows in its statements (PostgreSQL), else
-    ``_finish_written``. None when the group does not fit (``_finish_params``,
-    ``finish_template``): the caller then applies it item by item's request. A row the
-    compare-and-swap did not change gets ``_lost``'s answer; a taken transition key raises
-    KeyAlreadyUsed."""
-    found = _finish_params(terminals, resolved, tx.now)
+class FinishCall(NamedTuple):
+    """A group of terminal builds prepared as one ``AuditingTx.finish_running`` statement
+    (``finish_call``): its parameters, and what ``finish_results`` reads its answer with."""
+
+    params: dict[str, Any]
+    terminals: Sequence[TerminalBuild]
+    resolved: Sequence[Resolved]
+    fact_ids: list[str]
+    event_ids: list[str]
+
+
+def finish_call(tx: Tx, builds: Sequence[Callable[[float], Built]]) -> FinishCall | None:
+    """``apply_built``'s one-statement path for ``builds``, prepared but not sent, for a caller
+    that sends it together with other statements (``AuditingTx.together``). None unless the
+    store writes audit rows in its statements and every build is a ``TerminalBuild`` of one
+    ``finish_template`` (then ``apply_built`` is the way). Outcomes are resolved at ``tx``'s
+    time, once."""
+    if tx.auditing() is None or not builds:
+        return None
+    if not all(type(build) is TerminalBuild for build in builds):
+        return None
+    terminals: Sequence[TerminalBuild] = builds  # type: ignore[assignment]
+    resolved = [terminal.resolve(tx.now) for terminal in terminals]
+    found = _finish_group(terminals, resolved, tx.now)
+    return None if found is None else _finish_call(terminals, resolved, *found)
+
+
+def _finish_group(
+    terminals: Sequence[TerminalBuild], resolved: Sequence[Resolved], now: float
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The group's per-row parameters and its ``finish_template``, or None when the group does
+    not fit (``_finish_params``, ``finish_template``)."""
+    found = _finish_params(terminals, resolved, now)
     if found is None:
         return None
     params, key_head = found
@@ -1031,29 +1065,38 @@ async def _apply_finishes(
         first.summary,
         params.pop("metadata_json"),
     )
-    if template is None:
-        return None
-    auditing = tx.auditing()
-    if auditing is None:
-        return await _finish_written(tx, terminals, resolved, params, template)
-    tx = auditing
+    return None if template is None else (params, template)
+
+
+def _finish_call(
+    terminals: Sequence[TerminalBuild],
+    resolved: Sequence[Resolved],
+    params: dict[str, Any],
+    template: dict[str, Any],
+) -> FinishCall:
     count = len(terminals)
     new = [new_id() for _ in range(3 * count)]
     fact_ids, event_ids = new[:count], new[count : 2 * count]
-    outbox_ids = new[2 * count :] if is_terminal(first.to_state) else [None] * count
-    rows = await tx.finish_running(
-        {
-            **template,
-            **params,
-            "fact_ids": fact_ids,
-            "event_ids": event_ids,
-            "outbox_ids": outbox_ids,
-        }
-    )
+    outbox_ids = new[2 * count :] if is_terminal(resolved[0].to_state) else [None] * count
+    call = {
+        **template,
+        **params,
+        "fact_ids": fact_ids,
+        "event_ids": event_ids,
+        "outbox_ids": outbox_ids,
+    }
+    return FinishCall(call, terminals, resolved, fact_ids, event_ids)
+
+
+async def finish_results(tx: Tx, call: FinishCall, rows: list[Row]) -> list[TransitionResult]:
+    """What ``finish_running`` answered for ``call``, one result per build in order: a row the
+    compare-and-swap did not change gets ``_lost``'s answer; a taken transition key raises
+    KeyAlreadyUsed."""
     written = {row["id"]: row["fact_written"] for row in rows}
+    first = call.resolved[0]
     results: list[TransitionResult] = []
     for terminal, item, fact_id, event_id in zip(
-        terminals, resolved, fact_ids, event_ids, strict=True
+        call.terminals, call.resolved, call.fact_ids, call.event_ids, strict=True
     ):
         fact_written = written.get(terminal.entity_id)
         if fact_written is None:
@@ -1066,6 +1109,25 @@ async def _apply_finishes(
     if first.to_state == "queued" and any(result.applied for result in results):
         tx.notify("queued")  # as apply_transitions: wake idle workers for what was queued
     return results
+
+
+async def _apply_finishes(
+    tx: Tx, terminals: Sequence[TerminalBuild], resolved: Sequence[Resolved]
+) -> list[TransitionResult] | None:
+    """``apply_transitions`` for a group of terminal builds from one ``finish_template``, each
+    with its own compare-and-swap, fact, event and notification: one ``finish_running``
+    statement where the store writes audit rows in its statements (PostgreSQL), else
+    ``_finish_written``. None when the group does not fit (``_finish_group``): the caller then
+    applies it item by item's request."""
+    found = _finish_group(terminals, resolved, tx.now)
+    if found is None:
+        return None
+    params, template = found
+    auditing = tx.auditing()
+    if auditing is None:
+        return await _finish_written(tx, terminals, resolved, params, template)
+    call = _finish_call(terminals, resolved, params, template)
+    return await finish_results(auditing, call, await auditing.finish_running(call.params))
 
 
 async def _finish_written(

@@ -170,7 +170,7 @@ class _RecordingTx:
         # Named statements must pass through a recording method above: a new Tx method that
         # runs them would otherwise go unrecorded and its commits would cross no boundary
         # (the long-form crash cases then wait for a crash that never comes).
-        if name.startswith(("fetch", "execute", "write", "claim", "finish")):
+        if name.startswith(("fetch", "execute", "write", "claim", "finish", "together")):
             raise AttributeError(f"_RecordingTx does not record Tx.{name}: wrap it")
         return getattr(self._tx, name)
 
@@ -243,6 +243,35 @@ class _RecordingTx:
         """Recorded as the fact inserts it made, one ``fact_insert`` per fact written
         (PostgreSQL writes a group's terminal transitions in one statement)."""
         rows = await self._tx.finish_running(params)
+        self._record_finish(params, rows)
+        return rows
+
+    async def claim_queued(self, params: Mapping[str, Any]) -> Any:
+        """Recorded as ``run_claim_batch`` (a write: it crosses boundaries) and as the fact
+        inserts it made, one ``fact_insert`` per claimed row (PostgreSQL claims a page's rows
+        and writes their facts in one statement)."""
+        rows = await self._tx.claim_queued(params)
+        self._record_claim(params, rows)
+        return rows
+
+    async def together(
+        self,
+        writes: Sequence[tuple[str, Sequence[Any]]],
+        finishes: Sequence[Mapping[str, Any]],
+        claims: Sequence[Mapping[str, Any]],
+    ) -> Any:
+        """Recorded statement by statement, in the order sent, as ``write_many``,
+        ``finish_running`` and ``claim_queued`` record theirs."""
+        written, finished, claimed = await self._tx.together(writes, finishes, claims)
+        for (name, rows), count in zip(writes, written, strict=True):
+            self._recording.add(name, {"rows": list(rows)}, count)
+        for params, rows in zip(finishes, finished, strict=True):
+            self._record_finish(params, rows)
+        for params, rows in zip(claims, claimed, strict=True):
+            self._record_claim(params, rows)
+        return written, finished, claimed
+
+    def _record_finish(self, params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> None:
         written = {row["id"] for row in rows if row.get("fact_written")}
         for run_id, attempt in zip(params["ids"], params["attempts"], strict=True):
             if run_id in written:
@@ -253,13 +282,8 @@ class _RecordingTx:
                     "idempotency_key": f"{params['key_head']}{attempt}{params['key_tail']}",
                 }
                 self._recording.add("fact_insert", fact, [fact])
-        return rows
 
-    async def claim_queued(self, params: Mapping[str, Any]) -> Any:
-        """Recorded as ``run_claim_batch`` (a write: it crosses boundaries) and as the fact
-        inserts it made, one ``fact_insert`` per claimed row (PostgreSQL claims a page's rows
-        and writes their facts in one statement)."""
-        rows = await self._tx.claim_queued(params)
+    def _record_claim(self, params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> None:
         self._recording.add("run_claim_batch", params, list(rows))
         for row in rows:
             if row.get("id") is not None and row.get("fact_written"):
@@ -272,7 +296,6 @@ class _RecordingTx:
                     ),
                 }
                 self._recording.add("fact_insert", fact, [fact])
-        return rows
 
 
 _in_store_call: contextvars.ContextVar[bool] = contextvars.ContextVar(

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import taskward
+from taskward import groupcommit
 from taskward.groupcommit import GroupCommit
 from taskward.host import (
     LocalSummaryStore,
@@ -328,3 +329,53 @@ async def test_a_host_stopped_while_completing_in_two_steps_lets_the_completion_
     assert started == [task_id]
     assert await statuses(db, task_id) == ["running", "completed"]
     assert h.stats.completed == 1  # the job itself heard the acknowledgement
+
+
+async def test_finishes_refill_every_freed_slot_past_rows_another_claimer_holds(
+    db: StateDB, backend: str, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """21 finishes in one batch want 21 leases: claim passes of 20 and 1 (CLAIM_CAP). On
+    PostgreSQL they travel with the summaries and completions in one round trip; here the
+    oldest queued rows are locked by another transaction, so both passes come back short with
+    a full page, and the paged pass that follows in the same transaction takes rows past them:
+    every slot is refilled, no row twice, none of the held ones."""
+    first = [await submit(db) for _ in range(21)]
+    held = [await submit(db) for _ in range(30)]
+    rest = [await submit(db) for _ in range(30)]
+    src = source(db, one_step=True)
+    tasks = await src.claim_many(20) + await src.claim_many(1)
+    assert sorted(t.id for t in tasks) == sorted(first)
+    holder: Any = None
+    if backend == "postgres":
+        import psycopg
+
+        holder = psycopg.connect(db_url)
+        holder.execute("SELECT id FROM schedule_runs WHERE id = ANY(%s) FOR UPDATE", (held,))
+    try:
+        # Submitted in one loop turn, the 21 finishes form one batch (no slow start here).
+        monkeypatch.setattr(groupcommit, "SLOW_START_BATCH", 64)
+        group = src.summary_store.group if src.summary_store else GroupCommit(db)
+        before = group.batches
+        results = await asyncio.gather(
+            *(
+                src.complete_with_summary(
+                    t.id, t.lease_id, result_for(t), summary_for(t), claim_next=one
+                )
+                for t in tasks
+            )
+        )
+    finally:
+        if holder is not None:
+            holder.rollback()
+            holder.close()
+    assert group.batches - before <= 2  # one on PostgreSQL: passes of 20 and 1 together
+    leased = [t.id for _, batch in results for t in batch]
+    assert [ack for ack, _ in results] == [ACCEPTED] * 21
+    assert all(len(batch) == 1 for _, batch in results)
+    assert len(set(leased)) == 21
+    expected = set(rest) if backend == "postgres" else set(held)
+    assert set(leased) <= expected
+    for task_id in leased:
+        assert (await taskward.get_task(db, task_id))["status"] == "running"
+    for task in tasks:
+        assert await statuses(db, task.id) == ["running", "completed"]

@@ -308,12 +308,24 @@ async def test_a_terminal_group_with_a_taken_transition_key_writes_nothing(
     raises KeyAlreadyUsed and nothing of it stays (runs still running, no terminal fact, event
     or notification), so the group commit can run each item alone. On PostgreSQL the group's
     statement inserts its facts plainly and the unique index refuses the taken key."""
-    from taskward.execution import finish_build, outcome_for
-    from taskward.transitions import KeyAlreadyUsed, TerminalBuild, apply_built
+    from taskward.transitions import KeyAlreadyUsed, apply_built
 
     worker = spec()
     ids = [await submit(db, "nap", {"seconds": 0}, now=T0 + i) for i in range(3)]
-    leases = await claim_runs(db, worker, now=T0 + 10)
+    builds = _completions(await claim_runs(db, worker, now=T0 + 10), worker)
+    taken, _, _ = builds[1](T0 + 20)
+    _plant_fact(db_url, backend, ids[1], taken.idempotency_key)
+    with pytest.raises(KeyAlreadyUsed):
+        async with db.transaction(now=T0 + 20) as tx:
+            await apply_built(tx, builds)
+    await _still_running(db, ids)
+
+
+def _completions(leases: Sequence[Lease], worker: WorkerSpec) -> list[Any]:
+    """A ``completed`` terminal build for each lease, as the host's acknowledgement makes it."""
+    from taskward.execution import finish_build, outcome_for
+    from taskward.transitions import TerminalBuild
+
     builds = []
     for lease in leases:
 
@@ -328,20 +340,82 @@ async def test_a_terminal_group_with_a_taken_transition_key_writes_nothing(
         )
         assert type(build) is TerminalBuild
         builds.append(build)
-    taken, _, _ = builds[1](T0 + 20)
-    _plant_fact(db_url, backend, ids[1], taken.idempotency_key)
-    with pytest.raises(KeyAlreadyUsed):
-        async with db.transaction(now=T0 + 20) as tx:
-            await apply_built(tx, builds)
+    return builds
+
+
+async def _still_running(db: StateDB, ids: Sequence[str]) -> None:
+    """Each task as its claim left it: running, no terminal fact, event or notification."""
+    from taskward.outbox import list_notifications
+
     for task_id in ids:
         assert (await taskward.get_task(db, task_id))["status"] == "running"
         assert [f["status"] for f in await taskward.list_transitions(db, task_id)].count(
             "completed"
         ) == 0
         assert len(await taskward.list_task_events(db, task_id)) == 1  # the claim's
-    from taskward.outbox import list_notifications
-
     assert (await list_notifications(db))[0] == []
+
+
+async def test_statements_sent_together_abort_together_on_a_taken_key(
+    db: StateDB, backend: str, db_url: str
+) -> None:
+    """``AuditingTx.together`` sends summaries, a terminal group and a claim pass in one round
+    trip (PostgreSQL): what each sent alone would answer, and when the terminal group meets a
+    taken transition key (its second statement), KeyAlreadyUsed, with nothing of any of the
+    three left: no summary, no completion, the queued tasks still queued."""
+    if backend != "postgres":
+        pytest.skip("only PostgreSQL writes audit rows in its statements (auditing())")
+    from taskward.claims import pass_call, pass_claimed
+    from taskward.host import LocalSummaryStore, SessionSummary
+    from taskward.transitions import KeyAlreadyUsed, finish_call, finish_results
+
+    worker = spec()
+    ids = [await submit(db, "nap", {"seconds": 0}, now=T0 + i) for i in range(4)]
+    leases = await claim_runs(db, worker, limit=3, now=T0 + 10)
+    running = [lease.task_id for lease in leases]
+    summaries = LocalSummaryStore(db)
+    rows = [
+        summaries.params(
+            f"{task_id}:1", SessionSummary(facts={"n": n}, narrative=None, manifest_ref="m")
+        )
+        for n, task_id in enumerate(running)
+    ]
+
+    async def send(builds: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+        async with db.transaction(now=T0 + 20) as tx:
+            finish, claim = finish_call(tx, builds), pass_call(tx, worker, 2)
+            auditing = tx.auditing()
+            assert finish is not None and claim is not None and auditing is not None
+            written, finished, claimed = await auditing.together(
+                [("summary_insert_many", rows)], [finish.params], [claim.params]
+            )
+            results = await finish_results(tx, finish, finished[0])
+            leased, _ = pass_claimed(worker, tx.now, claim, claimed[0])
+            return written, results, leased
+
+    taken, _, _ = _completions(leases, worker)[1](T0 + 20)
+    _plant_fact(db_url, backend, running[1], taken.idempotency_key)
+    with pytest.raises(KeyAlreadyUsed):
+        await send(_completions(leases, worker))
+    await _still_running(db, running)
+    assert (await taskward.get_task(db, ids[3]))["status"] == "queued"
+    assert await db.fetchone("summary_get", {"session_key": f"{running[0]}:1"}) is None
+
+    # Without the taken key (another attempt's lease), the same three statements apply.
+    worker2 = spec("host:bbbbbbbb")
+    ids2 = [await submit(db, "nap", {"seconds": 0}, now=T0 + 5 + i) for i in range(3)]
+    leases2 = await claim_runs(db, worker2, limit=2, now=T0 + 12)
+    running, worker = [lease.task_id for lease in leases2], worker2
+    rows = [
+        summaries.params(f"{t}:1", SessionSummary(facts={}, narrative=None, manifest_ref="m"))
+        for t in running
+    ]
+    written, results, leased = await send(_completions(leases2, worker2))
+    assert written == [2] and [r.applied for r in results] == [True, True]
+    assert running == [ids[3], ids2[0]]  # the oldest queued
+    assert [c.lease.task_id for c in leased] == ids2[1:]
+    for task_id in running:
+        assert await statuses(db, task_id) == ["running", "completed"]
 
 
 async def test_a_claim_pass_meeting_a_taken_transition_key_claims_nothing(

@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from taskward.canonical import canonical_json, json_string, plain_canonical_json, text_hash
-from taskward.claims import CLAIM_CAP, Claimed, Lease, WorkerSpec, claim_pass, claim_rows
+from taskward.claims import (
+    CLAIM_CAP,
+    Claimed,
+    Lease,
+    WorkerSpec,
+    claim_pass,
+    claim_rows,
+    pass_call,
+    pass_claimed,
+)
 from taskward.errors import StoreUnavailable, TransitionIdempotencyConflict
 from taskward.execution import (
     Outcome,
@@ -46,7 +55,7 @@ from taskward.models import Actor, TransitionResult
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.settings import get_max_attempts
 from taskward.store.port import Row, StateDB, Tx
-from taskward.transitions import Built, apply_built
+from taskward.transitions import Built, apply_built, finish_call, finish_results
 
 log = logging.getLogger("taskward.host.local")
 
@@ -102,6 +111,11 @@ def _parse_lease_id(value: str) -> tuple[str, int] | None:
     if not sep or not holder or not attempt.isdigit():
         return None
     return holder, int(attempt)
+
+
+def _pass_sizes(wanted: int) -> list[int]:
+    """Claim passes of at most 20 (``CLAIM_CAP``) for ``wanted`` freed slots: 31 -> [20, 11]."""
+    return [min(CLAIM_CAP, wanted - start) for start in range(0, wanted, CLAIM_CAP)]
 
 
 class LocalTaskSource:
@@ -392,28 +406,58 @@ class LocalTaskSource:
     async def _finish_together(self, tx: Tx, items: list[_Finish]) -> list[_Finished]:
         """GroupCommit's combine for ``complete_with_summary``: every summary (one multi-row
         insert), then every completion (one set-based compare-and-swap), then claim passes of
-        at most 20 for the slots those completions freed.
+        at most 20 for the slots those completions freed. Where the store writes audit rows in
+        its statements (PostgreSQL), the three travel together, in that order, in one round
+        trip (``AuditingTx.together``); a pass the paged pass must finish continues after.
 
         A session that already has a summary row (pending, or complete: a replay or a conflict)
         fails the insert (``summary_insert_many``), which rolls the batch back: each finish
         then takes the two-step path, which judges that row as ``summary_write`` does."""
-        [count] = await tx.write_many([("summary_insert_many", [i.summary for i in items])])
-        if count != len(items):
-            raise _SummaryExists
-        transitions = await apply_built(tx, [item.build for item in items])
-        wanted = [max(0, item.claim_next()) for item in items]
-        claimed: list[Claimed] = []
-        while len(claimed) < sum(wanted):
-            ask = min(CLAIM_CAP, sum(wanted) - len(claimed))
-            got = await claim_pass(tx, self.spec, ask)
-            claimed += got
-            if len(got) < ask:
-                break  # the queue has no more for this worker
+        summaries = ("summary_insert_many", [item.summary for item in items])
+        builds = [item.build for item in items]
+        auditing = tx.auditing()
+        finish = finish_call(tx, builds) if auditing is not None else None
+        if auditing is None or finish is None:
+            [count] = await tx.write_many([summaries])
+            if count != len(items):
+                raise _SummaryExists
+            transitions = await apply_built(tx, builds)
+            wanted = [max(0, item.claim_next()) for item in items]
+            claimed = await self._claim_passes(tx, sum(wanted), [], more=True)
+        else:
+            wanted = [max(0, item.claim_next()) for item in items]
+            calls = [pass_call(tx, self.spec, ask) for ask in _pass_sizes(sum(wanted))]
+            passes = [call for call in calls if call is not None] if all(calls) else []
+            [count], [rows], answers = await auditing.together(
+                [summaries], [finish.params], [call.params for call in passes]
+            )
+            if count != len(items):
+                raise _SummaryExists
+            transitions = await finish_results(tx, finish, rows)
+            claimed = []
+            more = not passes
+            for call, found in zip(passes, answers, strict=True):
+                got, left = pass_claimed(self.spec, tx.now, call, found)
+                claimed += got
+                more = more or (left and len(got) < call.limit)
+            claimed = await self._claim_passes(tx, sum(wanted), claimed, more=more)
         finished = []
         for transition, count in zip(transitions, wanted, strict=True):
             finished.append(_Finished(claimed=claimed[:count], transition=transition))
             del claimed[:count]
         return finished
+
+    async def _claim_passes(
+        self, tx: Tx, wanted: int, claimed: list[Claimed], *, more: bool
+    ) -> list[Claimed]:
+        """Claim passes of at most 20 until ``wanted`` leases are held or the queue has no more
+        for this worker (a pass came back short); ``more`` False: it already said so."""
+        while more and len(claimed) < wanted:
+            ask = min(CLAIM_CAP, wanted - len(claimed))
+            got = await claim_pass(tx, self.spec, ask)
+            claimed += got
+            more = len(got) == ask
+        return claimed
 
     async def _finish_in_steps(
         self,

@@ -198,12 +198,25 @@ class AuditingTx(Tx, Protocol):
         ...
 
     async def claim_queued(self, params: Mapping[str, Any]) -> list[Row]:
-        """One claim pass in one statement (``transitions.apply_claims`` builds ``params``):
+        """One claim pass in one statement (``transitions.claim_call`` builds ``params``):
         the first page of claim candidates, locked, and for each row taken in page order its
         ``queued -> running`` compare-and-swap, lease, fact and event. Rows come in no
         particular order with their place (``claim_k``), ``fact_written``, and the page's
         ``page_rows``, ``keyed`` and ``stale``; a pass that took nothing returns one row of
         these three alone. A taken transition key raises ``KeyAlreadyUsed``."""
+        ...
+
+    async def together(
+        self,
+        writes: Sequence[tuple[str, Sequence[Params]]],
+        finishes: Sequence[Mapping[str, Any]],
+        claims: Sequence[Mapping[str, Any]],
+    ) -> tuple[list[int], list[list[Row]], list[list[Row]]]:
+        """``write_many(writes)``, then ``finish_running`` for each of ``finishes``, then
+        ``claim_queued`` for each of ``claims``, in that order and in one round trip: what
+        each would have answered. The statements run one after another as if sent alone; an
+        error in one aborts the transaction (a taken transition key raises
+        ``KeyAlreadyUsed``)."""
         ...
 
 

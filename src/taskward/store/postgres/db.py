@@ -189,6 +189,30 @@ _FINISH_ARRAYS: Final = (
 )
 
 
+def _finish_arrays(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``run_finish_batch``'s parameters, its per-row columns as binary arrays."""
+    arrays = {name: pg_array(pg_type, params[name]) for name, pg_type in _FINISH_ARRAYS}
+    return {**params, **arrays}
+
+
+def _claim_arrays(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``run_claim_batch``'s parameters, its new rows' ids as binary text arrays."""
+    return {**params, **{name: text_array(params[name]) for name in ("fact_ids", "event_ids")}}
+
+
+@contextmanager
+def _transition_key_taken() -> Iterator[None]:
+    """The batch statements insert facts plainly: a taken transition key is the unique
+    index's refusal, raised as ``KeyAlreadyUsed`` (inside ``_translate``, which passes
+    taskward's own errors through)."""
+    try:
+        yield
+    except pg_errors.UniqueViolation as exc:
+        if exc.diag.constraint_name == _TRANSITION_KEY_INDEX:
+            raise KeyAlreadyUsed(str(exc)) from exc
+        raise
+
+
 class _PgTx:
     def __init__(self, conn: AsyncConn, now: float) -> None:
         self._conn = conn
@@ -309,25 +333,44 @@ class _PgTx:
     async def finish_running(self, params: Mapping[str, Any]) -> list[Row]:
         """``run_finish_batch``: a group's terminal transitions, one statement (its per-row
         columns as binary arrays)."""
-        arrays = {name: pg_array(pg_type, params[name]) for name, pg_type in _FINISH_ARRAYS}
-        return await self._batch("run_finish_batch", {**params, **arrays})
+        return await self._batch("run_finish_batch", _finish_arrays(params))
 
     async def claim_queued(self, params: Mapping[str, Any]) -> list[Row]:
         """``run_claim_batch``: a claim pass's first page and its transitions, one statement
         (its new rows' ids as binary text arrays, not through psycopg's list dumper)."""
-        ids = {name: text_array(params[name]) for name in ("fact_ids", "event_ids")}
-        return await self._batch("run_claim_batch", {**params, **ids})
+        return await self._batch("run_claim_batch", _claim_arrays(params))
+
+    async def together(
+        self,
+        writes: Sequence[tuple[str, Sequence[Params]]],
+        finishes: Sequence[Mapping[str, Any]],
+        claims: Sequence[Mapping[str, Any]],
+    ) -> tuple[list[int], list[list[Row]], list[list[Row]]]:
+        """The statements in one pipeline: one round trip (and one Sync) instead of one each.
+        The server runs them in order; the first error skips the rest and aborts the
+        transaction."""
+        sent = [(name, _columns(name, rows, self.now)) for name, rows in writes if rows]
+        statements = [
+            *sent,
+            *(("run_finish_batch", _finish_arrays(params)) for params in finishes),
+            *(("run_claim_batch", _claim_arrays(params)) for params in claims),
+        ]
+        with _translate(), _transition_key_taken():
+            async with self._conn.pipeline():
+                cursors = [
+                    await self._conn.execute(self._queries[name], self._params(params))
+                    for name, params in statements
+                ]
+            counts = iter(cursor.rowcount for cursor in cursors[: len(sent)])
+            answers = [await cursor.fetchall() for cursor in cursors[len(sent) :]]
+        written = [next(counts) if rows else 0 for _, rows in writes]
+        return written, answers[: len(finishes)], answers[len(finishes) :]
 
     async def _batch(self, name: str, params: Params) -> list[Row]:
         """A one-statement batch whose facts are plain inserts: a taken transition key is the
         unique index's refusal, raised as ``KeyAlreadyUsed``."""
-        with _translate():
-            try:
-                cur = await self._conn.execute(self._queries[name], self._params(params))
-            except pg_errors.UniqueViolation as exc:
-                if exc.diag.constraint_name == _TRANSITION_KEY_INDEX:
-                    raise KeyAlreadyUsed(str(exc)) from exc
-                raise
+        with _translate(), _transition_key_taken():
+            cur = await self._conn.execute(self._queries[name], self._params(params))
             return await cur.fetchall()
 
     async def _compare_and_swap(self, sql: str, params: dict[str, Any]) -> list[Row]:

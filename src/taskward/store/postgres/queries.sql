@@ -159,7 +159,7 @@ SELECT * FROM taskward_claim_lock_page(
 
 -- name: run_claim_batch
 -- A claim pass's first page and its queued -> running transitions in one statement
--- (claims.claim_pass for a worker without affinity ranking; transitions.apply_claims builds the
+-- (claims.claim_pass for a worker without affinity ranking; transitions.claim_call builds the
 -- transition parameters from the claim request's template, so what is written is exactly what
 -- the paged pass writes, row for row: a test compares them column by column).
 -- page: taskward_claim_lock_page's first page (0006, 0008), its served rows locked;
