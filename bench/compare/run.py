@@ -675,13 +675,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             s.key
             for s in systems(
                 argparse.Namespace(
-                    taskward_concurrency=16, huey_workers=1, procrastinate_concurrency=10
+                    taskward_concurrency=128, huey_workers=1, procrastinate_concurrency=10
                 )
             )
         ),
     )
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--taskward-concurrency", type=int, default=16)
+    parser.add_argument("--taskward-concurrency", type=int, default=128)
     parser.add_argument("--procrastinate-concurrency", type=int, default=10)
     parser.add_argument("--huey-workers", type=int, default=1)
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)

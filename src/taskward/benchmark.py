@@ -103,7 +103,7 @@ async def run_bench(
     count: int = 2000,
     bulk_count: int = 10_000,
     pickup_count: int = 100,
-    concurrency: int = 16,
+    concurrency: int = 128,
     progress: Progress | None = None,
 ) -> BenchResult:
     report = progress or (lambda stage, done, total: None)

@@ -39,9 +39,10 @@ from taskward.cli.common import CliState, json_option, pass_state
 @click.option(
     "--concurrency",
     type=click.IntRange(1, 1024),
-    default=16,
+    default=128,
     show_default=True,
-    help="The draining worker's concurrency.",
+    help="The draining worker's concurrency (128: the fastest no-op drain measured on both "
+    "backends; 64 and 192 were slower).",
 )
 @json_option
 @pass_state
