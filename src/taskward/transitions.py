@@ -811,16 +811,11 @@ async def apply_built(tx: Tx, builds: list[Callable[[float], Built]]) -> list[Tr
         finished = await _apply_finishes(tx, terminals, resolved)
         if finished is not None:
             return finished
-        return await _apply_each(tx, _built(terminals, resolved))
-    return await _apply_each(tx, [build(now) for build in builds])
-
-
-def _built(terminals: Sequence[TerminalBuild], resolved: Sequence[Resolved]) -> list[Built]:
-    return [terminal.built(outcome) for terminal, outcome in zip(terminals, resolved, strict=True)]
-
-
-async def _apply_each(tx: Tx, built: list[Built]) -> list[TransitionResult]:
-    """``apply_built``'s general path: each item's request checked and applied set-based."""
+        built = [
+            terminal.built(outcome) for terminal, outcome in zip(terminals, resolved, strict=True)
+        ]
+    else:
+        built = [build(now) for build in builds]
     prepared: list[Prepared] = []
     for request, guard, patch in built:
         _check_static(request, guard, patch)

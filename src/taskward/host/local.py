@@ -416,7 +416,7 @@ class LocalTaskSource:
         summaries = ("summary_insert_many", [item.summary for item in items])
         builds = [item.build for item in items]
         auditing = tx.auditing()
-        finish = finish_call(tx, builds) if auditing is not None else None
+        finish = finish_call(tx, builds)  # None: not this store, or not one finish_template
         if auditing is None or finish is None:
             [count] = await tx.write_many([summaries])
             if count != len(items):
