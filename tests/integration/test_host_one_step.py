@@ -45,6 +45,23 @@ def none() -> int:
     return 0
 
 
+async def finish_together(
+    src: Any, tasks: list[Task], *, claim_next: Any
+) -> list[tuple[TaskAck, list[Task]]]:
+    """Every task's one-step finish submitted in the same loop turn (one group commit batch,
+    or a few), each with its own summary; the acknowledgements and leases in task order."""
+    return list(
+        await asyncio.gather(
+            *(
+                src.complete_with_summary(
+                    t.id, t.lease_id, result_for(t), summary_for(t), claim_next=claim_next
+                )
+                for t in tasks
+            )
+        )
+    )
+
+
 async def fact_times(db: StateDB, task_id: str) -> dict[str, float]:
     return {f["status"]: f["created_at"] for f in await taskward.list_transitions(db, task_id)}
 
@@ -134,14 +151,7 @@ async def test_finishes_arriving_together_share_commits_and_keep_their_own_facts
     assert sorted(t.id for t in tasks) == sorted(ids)
     group = src.summary_store.group if src.summary_store else GroupCommit(db)
     before = group.batches
-    results = await asyncio.gather(
-        *(
-            src.complete_with_summary(
-                t.id, t.lease_id, result_for(t), summary_for(t), claim_next=none
-            )
-            for t in tasks
-        )
-    )
+    results = await finish_together(src, tasks, claim_next=none)
     assert all(ack == ACCEPTED and leased == [] for ack, leased in results)
     assert group.batches - before < len(tasks)
     for task in tasks:
@@ -168,14 +178,7 @@ async def test_a_batch_meeting_a_summary_already_there_falls_back_to_two_steps(
         await src.summary_store.write(key, summary_for(tasks[2]))
     else:
         await src.summary_store.mark_pending(key, "an earlier attempt at finishing")
-    results = await asyncio.gather(
-        *(
-            src.complete_with_summary(
-                t.id, t.lease_id, result_for(t), summary_for(t), claim_next=none
-            )
-            for t in tasks
-        )
-    )
+    results = await finish_together(src, tasks, claim_next=none)
     assert [ack for ack, _ in results] == [ACCEPTED] * 6
     for task in tasks:
         assert await statuses(db, task.id) == ["running", "completed"]
@@ -356,14 +359,7 @@ async def test_finishes_refill_every_freed_slot_past_rows_another_claimer_holds(
         monkeypatch.setattr(groupcommit, "SLOW_START_BATCH", 64)
         group = src.summary_store.group if src.summary_store else GroupCommit(db)
         before = group.batches
-        results = await asyncio.gather(
-            *(
-                src.complete_with_summary(
-                    t.id, t.lease_id, result_for(t), summary_for(t), claim_next=one
-                )
-                for t in tasks
-            )
-        )
+        results = await finish_together(src, tasks, claim_next=one)
     finally:
         if holder is not None:
             holder.rollback()
