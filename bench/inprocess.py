@@ -148,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ddl",
         default="",
-        help="SQL run on the fresh store before the drain (an experiment: indexes, settings)",
+        help="SQL run on the fresh store before the drain (an experiment: indexes, settings); "
+        "split at ';' unless it holds a dollar-quoted body ($$), which is sent whole "
+        "(CREATE OR REPLACE FUNCTION ...)",
     )
     args = parser.parse_args(argv)
 
@@ -170,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             from bench._common import raw_connection
 
             with raw_connection(store) as conn:
-                for statement in filter(str.strip, args.ddl.split(";")):
+                statements = [args.ddl] if "$$" in args.ddl else args.ddl.split(";")
+                for statement in filter(str.strip, statements):
                     conn.execute(statement)
         # The CLI's worker runs on uvloop where it is installed; so does this drain.
         try:
