@@ -34,7 +34,7 @@ from taskward.capabilities import (
 from taskward.groupcommit import GroupCommit
 from taskward.models import Actor, StateReason, TransitionRequest
 from taskward.settings import DEFAULT_MAX_ATTEMPTS
-from taskward.store.port import AuditingTx, Row, StateDB, Tx
+from taskward.store.port import Row, StateDB, Tx
 from taskward.transitions import (
     LostToConcurrencyKey,
     apply_claim_rows,
@@ -418,15 +418,7 @@ async def claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
     call = pass_call(tx, spec, limit)
     if auditing is None or call is None:
         return await _claim_paged(tx, spec, limit)
-    claimed, more = await _claim_in_one_statement(auditing, call, spec)
-    return await claim_rest(tx, spec, limit, claimed, more)
-
-
-async def claim_rest(
-    tx: Tx, spec: WorkerSpec, limit: int, claimed: list[Claimed], more: bool
-) -> list[Claimed]:
-    """A pass's one statement took ``claimed``; the paged pass takes over for what it left
-    (``more``: rows behind a serialization key, rows past a page concurrent claimers held)."""
+    claimed, more = pass_claimed(spec, tx.now, call, await auditing.claim_queued(call.params))
     if len(claimed) < limit and more:
         claimed += await _claim_paged(tx, spec, limit - len(claimed))
     return claimed
@@ -466,6 +458,17 @@ def pass_call(tx: Tx, spec: WorkerSpec, limit: int) -> PassCall | None:
     return PassCall(claim_call(template, params, limit=limit), template, limit, page_size)
 
 
+def pass_calls(tx: Tx, spec: WorkerSpec, wanted: int) -> list[PassCall] | None:
+    """The one statements of claim passes of at most 20 (``CLAIM_CAP``) for ``wanted`` freed
+    slots (31: passes of 20 and 11), for a caller that sends them together; None where
+    ``claim_pass`` would take the paged pass at once (``pass_call``)."""
+    calls = [
+        pass_call(tx, spec, min(CLAIM_CAP, wanted - start)) for start in range(0, wanted, CLAIM_CAP)
+    ]
+    passes = [call for call in calls if call is not None]
+    return passes if len(passes) == len(calls) else None
+
+
 def pass_claimed(
     spec: WorkerSpec, now: float, call: PassCall, found: list[Row]
 ) -> tuple[list[Claimed], bool]:
@@ -492,14 +495,6 @@ def pass_claimed(
         for row in batch.rows
     ]
     return claimed, batch.keyed or batch.page_rows >= call.page_size
-
-
-async def _claim_in_one_statement(
-    tx: AuditingTx, call: PassCall, spec: WorkerSpec
-) -> tuple[list[Claimed], bool]:
-    """The first page's served rows, claimed in page order in one statement
-    (``transitions.claim_call``), and whether the paged pass may find more (``pass_claimed``)."""
-    return pass_claimed(spec, tx.now, call, await tx.claim_queued(call.params))
 
 
 async def _claim_paged(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:

@@ -28,7 +28,7 @@ from taskward.claims import (
     WorkerSpec,
     claim_pass,
     claim_rows,
-    pass_call,
+    pass_calls,
     pass_claimed,
 )
 from taskward.errors import StoreUnavailable, TransitionIdempotencyConflict
@@ -111,11 +111,6 @@ def _parse_lease_id(value: str) -> tuple[str, int] | None:
     if not sep or not holder or not attempt.isdigit():
         return None
     return holder, int(attempt)
-
-
-def _pass_sizes(wanted: int) -> list[int]:
-    """Claim passes of at most 20 (``CLAIM_CAP``) for ``wanted`` freed slots: 31 -> [20, 11]."""
-    return [min(CLAIM_CAP, wanted - start) for start in range(0, wanted, CLAIM_CAP)]
 
 
 class LocalTaskSource:
@@ -415,27 +410,25 @@ class LocalTaskSource:
         then takes the two-step path, which judges that row as ``summary_write`` does."""
         summaries = ("summary_insert_many", [item.summary for item in items])
         builds = [item.build for item in items]
+        # Asked before the completions are written, as one decision for the whole step (D3).
+        wanted = [max(0, item.claim_next()) for item in items]
         auditing = tx.auditing()
         finish = finish_call(tx, builds)  # None: not this store, or not one finish_template
-        if auditing is None or finish is None:
+        passes = pass_calls(tx, self.spec, sum(wanted))
+        if auditing is None or finish is None or passes is None:
             [count] = await tx.write_many([summaries])
             if count != len(items):
                 raise _SummaryExists
             transitions = await apply_built(tx, builds)
-            wanted = [max(0, item.claim_next()) for item in items]
             claimed = await self._claim_passes(tx, sum(wanted), [], more=True)
         else:
-            wanted = [max(0, item.claim_next()) for item in items]
-            calls = [pass_call(tx, self.spec, ask) for ask in _pass_sizes(sum(wanted))]
-            passes = [call for call in calls if call is not None] if all(calls) else []
             [count], [rows], answers = await auditing.together(
                 [summaries], [finish.params], [call.params for call in passes]
             )
             if count != len(items):
                 raise _SummaryExists
             transitions = await finish_results(tx, finish, rows)
-            claimed = []
-            more = not passes
+            claimed, more = [], False
             for call, found in zip(passes, answers, strict=True):
                 got, left = pass_claimed(self.spec, tx.now, call, found)
                 claimed += got

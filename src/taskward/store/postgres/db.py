@@ -202,9 +202,8 @@ def _claim_arrays(params: Mapping[str, Any]) -> dict[str, Any]:
 
 @contextmanager
 def _transition_key_taken() -> Iterator[None]:
-    """The batch statements insert facts plainly: a taken transition key is the unique
-    index's refusal, raised as ``KeyAlreadyUsed`` (inside ``_translate``, which passes
-    taskward's own errors through)."""
+    """A taken transition key, refused by the unique index, as ``KeyAlreadyUsed`` (inside
+    ``_translate``, which passes taskward's own errors through)."""
     try:
         yield
     except pg_errors.UniqueViolation as exc:
@@ -280,22 +279,9 @@ class _PgTx:
 
     async def write_many(self, statements: Sequence[tuple[str, Sequence[Params]]]) -> list[int]:
         """Each statement once over its rows, a binary array per column, all in one round
-        trip (queries.sql: the set-based writes)."""
-        if not any(rows for _, rows in statements):
-            return [0] * len(statements)
-        with _translate():
-            if len(statements) == 1:  # one round trip anyway: no pipeline mode to enter and sync
-                [(name, rows)] = statements
-                params = _columns(name, rows, self.now)
-                return [(await self._conn.execute(self._queries[name], params)).rowcount]
-            async with self._conn.pipeline():
-                cursors = [
-                    await self._conn.execute(self._queries[name], _columns(name, rows, self.now))
-                    if rows
-                    else None
-                    for name, rows in statements
-                ]
-        return [cursor.rowcount if cursor is not None else 0 for cursor in cursors]
+        trip (queries.sql: the set-based writes; ``together``)."""
+        written, _, _ = await self.together(statements, [], [])
+        return written
 
     async def run_update_if(
         self,
@@ -333,12 +319,14 @@ class _PgTx:
     async def finish_running(self, params: Mapping[str, Any]) -> list[Row]:
         """``run_finish_batch``: a group's terminal transitions, one statement (its per-row
         columns as binary arrays)."""
-        return await self._batch("run_finish_batch", _finish_arrays(params))
+        _, [rows], _ = await self.together([], [params], [])
+        return rows
 
     async def claim_queued(self, params: Mapping[str, Any]) -> list[Row]:
         """``run_claim_batch``: a claim pass's first page and its transitions, one statement
         (its new rows' ids as binary text arrays, not through psycopg's list dumper)."""
-        return await self._batch("run_claim_batch", _claim_arrays(params))
+        _, _, [rows] = await self.together([], [], [params])
+        return rows
 
     async def together(
         self,
@@ -346,32 +334,34 @@ class _PgTx:
         finishes: Sequence[Mapping[str, Any]],
         claims: Sequence[Mapping[str, Any]],
     ) -> tuple[list[int], list[list[Row]], list[list[Row]]]:
-        """The statements in one pipeline: one round trip (and one Sync) instead of one each.
-        The server runs them in order; the first error skips the rest and aborts the
-        transaction."""
+        """The statements in one round trip: several in one pipeline (one Sync), which the
+        server runs in order, the first error skipping the rest and aborting the transaction;
+        a lone one without entering pipeline mode (one round trip anyway). ``write_many``,
+        ``finish_running`` and ``claim_queued`` are this with one kind of statement. The batch
+        statements insert facts plainly: a taken transition key is the unique index's refusal,
+        raised as ``KeyAlreadyUsed``."""
         sent = [(name, _columns(name, rows, self.now)) for name, rows in writes if rows]
         statements = [
             *sent,
             *(("run_finish_batch", _finish_arrays(params)) for params in finishes),
             *(("run_claim_batch", _claim_arrays(params)) for params in claims),
         ]
+        if not statements:  # nothing to write: no round trip
+            return [0] * len(writes), [], []
         with _translate(), _transition_key_taken():
-            async with self._conn.pipeline():
-                cursors = [
-                    await self._conn.execute(self._queries[name], self._params(params))
-                    for name, params in statements
-                ]
+            if len(statements) == 1:
+                [(name, params)] = statements
+                cursors = [await self._conn.execute(self._queries[name], self._params(params))]
+            else:
+                async with self._conn.pipeline():
+                    cursors = [
+                        await self._conn.execute(self._queries[name], self._params(params))
+                        for name, params in statements
+                    ]
             counts = iter(cursor.rowcount for cursor in cursors[: len(sent)])
             answers = [await cursor.fetchall() for cursor in cursors[len(sent) :]]
         written = [next(counts) if rows else 0 for _, rows in writes]
         return written, answers[: len(finishes)], answers[len(finishes) :]
-
-    async def _batch(self, name: str, params: Params) -> list[Row]:
-        """A one-statement batch whose facts are plain inserts: a taken transition key is the
-        unique index's refusal, raised as ``KeyAlreadyUsed``."""
-        with _translate(), _transition_key_taken():
-            cur = await self._conn.execute(self._queries[name], self._params(params))
-            return await cur.fetchall()
 
     async def _compare_and_swap(self, sql: str, params: dict[str, Any]) -> list[Row]:
         """A guarded update's rows; a second running row of a serialization key (the unique
