@@ -408,8 +408,9 @@ async def claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
     commit's, or the one that completes the tasks whose slots it fills (LocalTaskSource).
 
     On PostgreSQL a worker without affinity ranking claims its first page's rows in one
-    statement (``_claim_in_one_statement``); the paged pass below takes over for what that
-    leaves: rows behind a serialization key, rows past a page that concurrent claimers held.
+    statement (``pass_call``, ``AuditingTx.claim_queued``); the paged pass below takes over
+    for what that leaves: rows behind a serialization key, rows past a page that concurrent
+    claimers held.
     """
     limit = min(limit, CLAIM_CAP)
     if limit <= 0:
