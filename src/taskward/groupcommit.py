@@ -139,8 +139,14 @@ class GroupCommit:
 
     async def _drain_queue(self, batch: list[_Pending[Any]]) -> None:
         size = min(SLOW_START_BATCH, self.max_batch)
+        # A new flusher takes the queue as it finds it: no commit of its own has just answered
+        # callers who would follow at once (``_let_followers_in``), and an idle worker's claim
+        # is this path (issue 7: pickup latency). Later batches let followers in first.
+        fresh = True
         while True:
-            await self._let_followers_in()
+            if not fresh:
+                await self._let_followers_in()
+            fresh = False
             if not self._queue:
                 return
             batch[:] = self._queue[:size]

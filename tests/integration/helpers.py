@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import uuid
 from typing import Any
@@ -50,3 +51,19 @@ async def move(db: StateDB, task_id: str, *path: str, now: float | None = None) 
     for src, dst in itertools.pairwise(path):
         result = await taskward.transition_task(db, request(task_id, src, dst), now=now)
         assert result.applied, (src, dst, result)
+
+
+class Turns:
+    """Counts event-loop turns: a task that yields once per turn, counting as it goes."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._task = asyncio.ensure_future(self._tick())
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            self.count += 1
+
+    def stop(self) -> None:
+        self._task.cancel()

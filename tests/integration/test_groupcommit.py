@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -10,7 +11,7 @@ import taskward
 from taskward.groupcommit import POSTGRES_LANES, SLOW_START_BATCH, GroupCommit, default_lanes
 from taskward.store.port import StateDB, Tx
 
-from .helpers import request, submit
+from .helpers import Turns, request, submit
 
 
 async def _status_of(tx: Tx, task_id: str) -> str:
@@ -128,6 +129,48 @@ async def test_follow_up_units_join_the_next_batch_together(db: StateDB) -> None
     assert results == [("queued", "queued")] * len(ids)
     assert await extra[0] == "queued"
     assert (group.units, group.batches) == (2 * len(ids) + 1, 2)
+
+
+class Observed:
+    """The real store, noting the loop turn at which each transaction is asked for."""
+
+    def __init__(self, db: StateDB, turns: Turns) -> None:
+        self._db = db
+        self.turns = turns
+        self.began: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    def transaction(self, **kwargs: Any) -> Any:
+        self.began.append(self.turns.count)
+        return self._db.transaction(**kwargs)
+
+
+async def test_a_unit_sent_to_an_idle_group_commit_begins_its_transaction_at_once(
+    db: StateDB,
+) -> None:
+    """A new flusher takes the queue as it finds it: nothing it committed has just answered
+    callers who would follow (an idle worker's claim takes this path: issue 7, pickup latency).
+    A flusher that has just committed still lets followers in (the test above)."""
+    task_id = await submit(db)
+    turns = Turns()
+    try:
+        observed = Observed(db, turns)
+        group = GroupCommit(observed)  # type: ignore[arg-type]
+        for _ in range(3):
+            for _ in range(100):  # idle: the last flusher saw an empty queue and ended
+                if not group.flushing:
+                    break
+                await asyncio.sleep(0)
+            sent_at = turns.count
+            result = await group.run(
+                lambda tx: _status_of(tx, task_id), fallback=lambda: asyncio.sleep(0, "x")
+            )
+            assert result == "queued"
+            assert observed.began[-1] - sent_at <= 1
+    finally:
+        turns.stop()
 
 
 async def test_a_burst_after_idle_starts_with_a_small_batch_and_doubles(db: StateDB) -> None:

@@ -45,6 +45,8 @@ from taskward.settings import set_max_attempts
 from taskward.store.port import StateDB
 from taskward.testing import wait_until
 
+from .helpers import Turns
+
 MODULE = "tests.integration.worker_tasks"
 REGISTRY = build_registry(AdapterConfig(command_allowlist=frozenset({"false", "true"})))
 IMMEDIATE = RetryPolicy(base_s=0.0, jitter=0.0)
@@ -464,6 +466,104 @@ async def test_drain_waits_for_a_claim_already_in_flight(db: StateDB) -> None:
     await asyncio.wait_for(drain, 5)
     assert await status(db, task_id) == "completed"  # settled before drain() returned
     await asyncio.wait_for(serve, 5)
+
+
+class WatchedSource(LocalTaskSource):
+    """A LocalTaskSource that notes the loop turn of each claim and each idle wait."""
+
+    turns: Turns
+    claims: list[int]
+    waits: list[int]
+
+    async def claim_many(self, limit: int) -> list[Task]:
+        self.claims.append(self.turns.count)
+        return await super().claim_many(limit)
+
+    def wait_for_work(self, wait_s: float) -> asyncio.Future[bool]:
+        self.waits.append(self.turns.count)
+        return super().wait_for_work(wait_s)
+
+
+def watched(db: StateDB, turns: Turns) -> WatchedSource:
+    spec = WorkerSpec(worker_id="host:aaaaaaaa", kinds=REGISTRY.kinds(), lease_ttl=20.0)
+    summaries = LocalSummaryStore(db) if FINISH["one_step"] else None
+    src = WatchedSource(db, spec, retry_policy=IMMEDIATE, summaries=summaries)
+    src.turns, src.claims, src.waits = turns, [], []
+    return src
+
+
+async def test_an_idle_host_claims_in_the_loop_turn_after_a_wake_up(db: StateDB) -> None:
+    """The pickup path of an idle worker: the store's wake-up resolves the future the host
+    awaits, and the claim starts at the next turn (issue 7: it took five or more, through a
+    task per waiter, ``asyncio.wait`` and a gather of the cancelled waiters)."""
+    turns = Turns()
+    src = watched(db, turns)
+    h = ResidentEngineHost(
+        source=src,
+        summaries=summaries_of(src, db),
+        max_concurrent_tasks=2,
+        session_factory=TaskSession,
+        run_task=_ok,
+        idle_wait_s=60.0,  # the bound never ends these waits
+    )
+    try:
+        async with serving(h) as serve:
+            for round_ in range(1, 4):
+
+                async def idle(round_: int = round_) -> bool:  # claimed, found nothing, waits
+                    # (PostgreSQL's listener wakes the host once more as it connects)
+                    return len(src.waits) == len(src.claims) >= round_
+
+                await wait_until(idle, "the host idle", serving=serve)
+                claims, woken_at = len(src.claims), turns.count
+                db.wake("queued")
+
+                async def claimed(claims: int = claims) -> bool:
+                    return len(src.claims) > claims
+
+                await wait_until(claimed, "a claim after the wake-up", serving=serve)
+                assert src.claims[claims] - woken_at <= 2
+    finally:
+        turns.stop()
+
+
+async def test_a_job_ending_does_not_make_an_idle_host_claim_again(db: StateDB) -> None:
+    """A freed slot ends only a wait for a slot: an idle host (a free slot, no work) waits for
+    the store's wake-up, not for its jobs, so it sends no empty claims as they finish."""
+    registry, gate = gate_registry()
+    task_id = await submit(db, {}, kind="gate", registry=registry)
+    turns = Turns()
+    spec = WorkerSpec(worker_id="host:aaaaaaaa", kinds=registry.kinds(), lease_ttl=20.0)
+    src = WatchedSource(db, spec, retry_policy=IMMEDIATE)
+    src.turns, src.claims, src.waits = turns, [], []
+    h = ResidentEngineHost(
+        source=src,
+        summaries=LocalSummaryStore(db),
+        max_concurrent_tasks=2,
+        session_factory=TaskSession,
+        run_task=AdapterRunner(registry, src),
+        idle_wait_s=60.0,
+    )
+    try:
+        async with serving(h) as serve:
+
+            async def idle_with_the_gate_running() -> bool:
+                return bool(gate.started) and len(src.waits) >= 1 and h.active_count == 1
+
+            await wait_until(idle_with_the_gate_running, "the gate running", serving=serve)
+            claims = len(src.claims)
+            gate.release.set()
+            await wait_until(is_status(db, task_id, "completed"), "completion", serving=serve)
+
+            async def settled() -> bool:
+                return h.active_count == 0
+
+            await wait_until(settled, "the job ended", serving=serve)
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert len(src.claims) == claims
+    finally:
+        turns.stop()
 
 
 async def test_a_host_shutdown_is_a_retryable_failure_due_at_once(db: StateDB) -> None:

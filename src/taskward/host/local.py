@@ -9,6 +9,7 @@ fields (R10). ``LocalSummaryStore`` keeps summaries in the ``task_summaries`` ta
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -192,9 +193,11 @@ class LocalTaskSource:
         tasks = await self.claim_many(1)
         return tasks[0] if tasks else None
 
-    async def wait_for_work(self, wait_s: float) -> None:
-        """Return when new work may have arrived since the last claim, or after ``wait_s``."""
-        await self._signal.wait(self._seen, wait_s)
+    def wait_for_work(self, wait_s: float) -> asyncio.Future[bool]:
+        """A future that resolves when new work may have arrived since the last claim (True),
+        or after ``wait_s`` (False). A future, not a coroutine: the host awaits it directly
+        (``ResidentEngineHost._idle``), so a wake-up reaches the next claim a turn sooner."""
+        return self._signal.changed(self._seen, wait_s)
 
     # -- acknowledgements ------------------------------------------------------------------
 
