@@ -19,6 +19,11 @@ class TaskSource(Protocol):
 
     async def fail(self, task_id: str, lease_id: str, failure: TaskFailure) -> TaskAck: ...
 
+    # Optional, looked up by name: ``wait_for_work(wait_s) -> Awaitable``, which ends when new
+    # work may have arrived since the last claim or after ``wait_s``; the host then claims
+    # again. Without it an idle host polls every ``idle_wait_s``. A plain future (not a task or
+    # a coroutine) is awaited as it is, the quickest wake-up (``ResidentEngineHost._idle``).
+
 
 @runtime_checkable
 class SummaryStore(Protocol):
