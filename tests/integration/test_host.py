@@ -484,8 +484,8 @@ class WatchedSource(LocalTaskSource):
         return super().wait_for_work(wait_s)
 
 
-def watched(db: StateDB, turns: Turns) -> WatchedSource:
-    spec = WorkerSpec(worker_id="host:aaaaaaaa", kinds=REGISTRY.kinds(), lease_ttl=20.0)
+def watched(db: StateDB, turns: Turns, registry: TaskAdapterRegistry = REGISTRY) -> WatchedSource:
+    spec = WorkerSpec(worker_id="host:aaaaaaaa", kinds=registry.kinds(), lease_ttl=20.0)
     summaries = LocalSummaryStore(db) if FINISH["one_step"] else None
     src = WatchedSource(db, spec, retry_policy=IMMEDIATE, summaries=summaries)
     src.turns, src.claims, src.waits = turns, [], []
@@ -498,14 +498,8 @@ async def test_an_idle_host_claims_in_the_loop_turn_after_a_wake_up(db: StateDB)
     task per waiter, ``asyncio.wait`` and a gather of the cancelled waiters)."""
     turns = Turns()
     src = watched(db, turns)
-    h = ResidentEngineHost(
-        source=src,
-        summaries=summaries_of(src, db),
-        max_concurrent_tasks=2,
-        session_factory=TaskSession,
-        run_task=_ok,
-        idle_wait_s=60.0,  # the bound never ends these waits
-    )
+    h = host(src, db, _ok)
+    h.idle_wait_s = 60.0  # the bound never ends these waits
     try:
         async with serving(h) as serve:
             for round_ in range(1, 4):
@@ -533,17 +527,9 @@ async def test_a_job_ending_does_not_make_an_idle_host_claim_again(db: StateDB) 
     registry, gate = gate_registry()
     task_id = await submit(db, {}, kind="gate", registry=registry)
     turns = Turns()
-    spec = WorkerSpec(worker_id="host:aaaaaaaa", kinds=registry.kinds(), lease_ttl=20.0)
-    src = WatchedSource(db, spec, retry_policy=IMMEDIATE)
-    src.turns, src.claims, src.waits = turns, [], []
-    h = ResidentEngineHost(
-        source=src,
-        summaries=LocalSummaryStore(db),
-        max_concurrent_tasks=2,
-        session_factory=TaskSession,
-        run_task=AdapterRunner(registry, src),
-        idle_wait_s=60.0,
-    )
+    src = watched(db, turns, registry)
+    h = host(src, db, AdapterRunner(registry, src))
+    h.idle_wait_s = 60.0
     try:
         async with serving(h) as serve:
 
