@@ -416,9 +416,12 @@ class LocalTaskSource:
         # Asked before the completions are written, as one decision for the whole step (D3).
         wanted = [max(0, item.claim_next()) for item in items]
         auditing = tx.auditing()
-        finish = finish_call(tx, builds)  # None: not this store, or not one finish_template
-        passes = pass_calls(tx, self.spec, sum(wanted))
-        if auditing is None or finish is None or passes is None:
+        # The pipelined step needs both statements prepared; the passes are checked first, as
+        # they cost nothing to refuse (a store without audited statements, a ranked worker),
+        # so the finish's outcomes are resolved here only where they will be sent.
+        passes = pass_calls(tx, self.spec, sum(wanted)) if auditing is not None else None
+        finish = finish_call(tx, builds) if passes is not None else None
+        if auditing is None or passes is None or finish is None:
             [count] = await tx.write_many([summaries])
             if count != len(items):
                 raise _SummaryExists
