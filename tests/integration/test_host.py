@@ -521,6 +521,33 @@ async def test_an_idle_host_claims_in_the_loop_turn_after_a_wake_up(db: StateDB)
         turns.stop()
 
 
+class CoroutineWaits(WatchedSource):
+    """A source whose wait for work is a coroutine, not a future (the host runs it as a task)."""
+
+    async def wait_for_work(self, wait_s: float) -> bool:  # type: ignore[override]
+        return await super().wait_for_work(wait_s)
+
+
+async def test_an_idle_host_is_woken_by_a_coroutine_wait_for_work(db: StateDB) -> None:
+    turns = Turns()
+    spec = WorkerSpec(worker_id="host:aaaaaaaa", kinds=REGISTRY.kinds(), lease_ttl=20.0)
+    src = CoroutineWaits(db, spec, retry_policy=IMMEDIATE)
+    src.turns, src.claims, src.waits = turns, [], []
+    h = host(src, db, _ok)
+    h.idle_wait_s = 60.0  # only the wake-up can end this wait in time
+    try:
+        async with serving(h) as serve:
+
+            async def idle() -> bool:
+                return len(src.waits) == len(src.claims) >= 1
+
+            await wait_until(idle, "the host idle", serving=serve)
+            task_id = await submit(db)  # the admission wakes this process's waiters
+            await wait_until(is_status(db, task_id, "completed"), "completion", serving=serve)
+    finally:
+        turns.stop()
+
+
 async def test_a_job_ending_does_not_make_an_idle_host_claim_again(db: StateDB) -> None:
     """A freed slot ends only a wait for a slot: an idle host (a free slot, no work) waits for
     the store's wake-up, not for its jobs, so it sends no empty claims as they finish."""

@@ -265,7 +265,8 @@ class ResidentEngineHost:
         One future ends the wait, whichever of the three comes first. A source whose
         ``wait_for_work`` returns a plain future (``LocalTaskSource``: its store's signal)
         has that very future awaited, and a stop or the bound resolves it too; a coroutine runs
-        as one task whose end resolves a future of the host's. An idle worker's pickup latency
+        as one task whose end resolves a future of the host's; without ``wait_for_work`` only
+        the bound and a stop end it. An idle worker's pickup latency
         is this path (a notification, then the next claim): an ``asyncio.wait`` over a task
         for the stop event and a task for the source's wait, cancelled and gathered afterwards,
         took three more loop turns, ~100 us here (issue 7, pickup p50 on PostgreSQL).
@@ -273,20 +274,18 @@ class ResidentEngineHost:
         if self._stopping:
             return
         wait_for_work = getattr(self.source, "wait_for_work", None)
-        waiting = (
-            wait_for_work(self.idle_wait_s)
-            if wait_for_work is not None
-            else asyncio.sleep(self.idle_wait_s)
-        )
+        waiting = wait_for_work(self.idle_wait_s) if wait_for_work is not None else None
         task: asyncio.Future[Any] | None = None
         if asyncio.isfuture(waiting) and not isinstance(waiting, asyncio.Task):
             wake: asyncio.Future[Any] = waiting
             self._serve_wake, self._waiting_for_slot = wake, False
         else:
             wake = self._new_wake(for_slot=False)
-            task = asyncio.ensure_future(waiting)
-            task.add_done_callback(functools.partial(_resolve, wake))  # this wait's, only
-        # The bound holds even if a source's wait ignores its own timeout.
+            if waiting is not None:
+                task = asyncio.ensure_future(waiting)
+                task.add_done_callback(functools.partial(_resolve, wake))  # this wait's, only
+        # The bound (a source without a wait polls at it), which holds even if a source's
+        # wait ignores its own timeout.
         timer = asyncio.get_running_loop().call_later(self.idle_wait_s, _resolve, wake)
         try:
             await wake
