@@ -32,6 +32,7 @@ import psycopg
 
 import taskward
 from taskward.admission import validate_application
+from taskward.ids import new_id
 
 # Run as a file (`python bench/x.py`) or as a module (`python -m bench.x`): either way the
 # repository root is on the path and the shared helpers import as `bench._common`.
@@ -178,7 +179,7 @@ async def _taskward_producer(job: Job, start_gate: Any) -> dict[str, Any]:
 def _floor_params(template: RowTemplate, key: str) -> tuple[Any, ...]:
     now = time.time()
     return (
-        str(uuid.uuid4()),
+        new_id(),
         None,
         template.trigger_context,
         template.action_kind,

@@ -77,6 +77,7 @@ ensure_repo_on_path()
 
 import taskward  # noqa: E402 - after the repository root is on sys.path
 from taskward.admission import validate_application  # noqa: E402
+from taskward.ids import new_id  # noqa: E402 - the floors write the ids taskward writes
 
 NOOP_KIND = "bench.noop"
 NOOP_ARGS: dict[str, Any] = {}
@@ -184,7 +185,7 @@ def floor_admit(store: Store, count: int) -> None:
     now = time.time()
     rows = [
         (
-            str(uuid.uuid4()),
+            new_id(),
             admitted.action_kind,
             admitted.args_json,
             now + i * 1e-6,
@@ -224,7 +225,8 @@ def _floor_connection(store: Store) -> Any:
 
 def run_floor(store: Store, count: int, *, per_tx: int = 1) -> float:
     """Claim and complete ``count`` tasks one at a time, two transactions each; returns the
-    seconds the loop took. Ids, times, hashes and JSON are made inside the timed loop.
+    seconds the loop took. Ids (time-ordered, from ``taskward.ids.new_id`` as taskward writes
+    them), times, hashes and JSON are made inside the timed loop.
 
     ``per_tx`` > 1: the batched floor, what the same writes cost when ``per_tx`` jobs share
     each transaction (their claims in one, then their completions in one): the ceiling that
@@ -242,7 +244,7 @@ def run_floor(store: Store, count: int, *, per_tx: int = 1) -> float:
     def claim() -> tuple[str, int, float, float]:
         now = time.time()
         expires, deadline = now + LEASE_TTL_S, now + TIMEOUT_S
-        fact_id, event_id = str(uuid.uuid4()), str(uuid.uuid4())
+        fact_id, event_id = new_id(), new_id()
         row = conn.execute(
             sql.claim, (now, "attempt 1", FLOOR_WORKER, expires, deadline, MAX_ATTEMPTS)
         ).fetchone()
@@ -275,7 +277,7 @@ def run_floor(store: Store, count: int, *, per_tx: int = 1) -> float:
         now = time.time()
         session_key = f"{task_id}:{attempt}"
         lease = f"{FLOOR_WORKER}/{attempt}"
-        fact_id, event_id = str(uuid.uuid4()), str(uuid.uuid4())
+        fact_id, event_id = new_id(), new_id()
         evidence = _compact([{"kind": "summary", "session_key": session_key}])
         body = _compact(
             {

@@ -6,6 +6,9 @@ sets them) or synchronous psycopg (autocommit, one connection).
 
 - ``enqueue``: one bare ``INSERT`` of the row ``submit_task`` writes (every column, values from
   taskward's own ``validate_application``), autocommit: one transaction per job.
+- Every id is one of taskward's own (``taskward.ids.new_id``, time-ordered version 7): random
+  version-4 ids land each row on a random index page, and made the batched floor 1.9x slower
+  than the writes taskward really makes (2026-12-02).
 - ``drain``: ``bench/worker.py``'s floor, one job at a time in this process (no worker process,
   so no start-up): a claim transaction (guarded UPDATE of the oldest queued row to ``running``
   with the lease columns, its fact, its event) and a completion transaction (owner/expiry/attempt
@@ -24,7 +27,6 @@ import asyncio
 import sqlite3
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from bench._common import Store, raw_connection, raw_rows  # noqa: E402
 from bench.worker import floor_admit, floor_sql, run_floor  # noqa: E402
 
 from taskward.admission import validate_application  # noqa: E402
+from taskward.ids import new_id  # noqa: E402
 
 
 def connect(store: Store) -> Any:
@@ -63,7 +66,7 @@ def enqueue(args: argparse.Namespace, store: Store) -> dict[str, Any]:
         conn.execute(
             insert,
             (
-                str(uuid.uuid4()),
+                new_id(),
                 admitted.action_kind,
                 admitted.args_json,
                 now,
