@@ -226,6 +226,30 @@ async def test_bad_urls_are_validation_errors() -> None:
         await taskward.open_db("sqlite:///x.db?journal=off")
 
 
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        # libpq's own refusal, not a reconnect loop that looks like an unreachable server
+        ("schema=probe", r'invalid PostgreSQL URL .*invalid URI query parameter: "schema"'),
+        ("pool_min=many", r"pool_min 'many' is invalid; allowed: a whole number of at least 0"),
+        (
+            "pool_min=4&pool_max=2",
+            r"pool_max .2. is invalid; allowed: a whole number of at least 4",
+        ),
+        ("pool_max=0", r"pool_max '0' is invalid; allowed: a whole number of at least 1"),
+        ("open_timeout_s=-1", r"open_timeout_s '-1' is invalid; allowed: a positive number"),
+        ("open_timeout_s=soon", r"open_timeout_s 'soon' is invalid"),
+    ],
+)
+async def test_a_bad_postgres_url_is_refused_at_once(query: str, words: str) -> None:
+    began = asyncio.get_running_loop().time()
+    with pytest.raises(taskward.TaskValidationError, match=words):
+        # A reachable server: were the URL not checked first, the pool would retry its
+        # connection until open_timeout_s (10 s by default) and then call the server away.
+        await taskward.open_db(f"postgresql://127.0.0.1/test?{query}")
+    assert asyncio.get_running_loop().time() - began < 2.0
+
+
 async def test_unreachable_postgres_is_store_unavailable() -> None:
     with pytest.raises(StoreError):
         await taskward.open_db(

@@ -10,7 +10,7 @@ URLs:
       options: ``pool_min``, ``pool_max``, ``open_timeout_s`` (default 10: how long a caller
       waits for a connection before ``StoreUnavailable``), ``reconnect_timeout_s`` (default 5:
       one reconnection attempt of the pool; another follows at once), ``migrate=false``; the
-      rest go to libpq.
+      rest go to libpq, which must accept them (checked before connecting).
 The URL comes from the caller, else ``TASKWARD_DATABASE_URL``, else the default.
 """
 
@@ -59,6 +59,19 @@ def _seconds(options: dict[str, str], name: str, default: float) -> float:
     return seconds
 
 
+def _count(options: dict[str, str], name: str, default: int, *, least: int) -> int:
+    value = options.pop(name, None)
+    if value is None:
+        return default
+    try:
+        count = int(value)
+    except ValueError:
+        count = least - 1
+    if count < least:
+        raise TaskValidationError(name, value, f"a whole number of at least {least}")
+    return count
+
+
 def redact(url: str) -> str:
     parts = urlsplit(url)
     if parts.password:
@@ -94,14 +107,17 @@ async def _open(url: str | None) -> StateDB:
         except ValueError as exc:
             raise TaskValidationError("synchronous", synchronous, "FULL, NORMAL, EXTRA") from exc
     elif parts.scheme in {"postgresql", "postgres"}:
-        from taskward.store.postgres.db import PostgresDB
+        from taskward.store.postgres.db import PostgresDB, check_conninfo
 
         migrate = _flag(options, "migrate", True)
-        pool_min = int(options.pop("pool_min", "1"))
-        pool_max = int(options.pop("pool_max", "10"))
-        open_timeout_s = float(options.pop("open_timeout_s", "10"))
+        pool_min = _count(options, "pool_min", 1, least=0)
+        pool_max = _count(options, "pool_max", 10, least=max(1, pool_min))
+        open_timeout_s = _seconds(options, "open_timeout_s", 10.0)
         reconnect_timeout_s = _seconds(options, "reconnect_timeout_s", 5.0)
         conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(options)))
+        # What libpq itself rejects (an unknown query parameter such as ``schema``) fails here,
+        # at once: the pool would take it for an unreachable server and retry until its timeout.
+        check_conninfo(conninfo, redact(url))
         db = PostgresDB(
             conninfo,
             url=redact(url),

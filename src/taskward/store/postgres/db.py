@@ -28,7 +28,7 @@ from psycopg.pq import Format
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed
 
-from taskward.errors import StoreError, StoreUnavailable
+from taskward.errors import StoreError, StoreUnavailable, TaskValidationError
 from taskward.loops import raise_if_cancelling
 from taskward.store.guarded import (
     build_run_update,
@@ -161,6 +161,21 @@ def translate_error(exc: psycopg.Error) -> StoreError:
     if isinstance(exc, PoolClosed):
         return StoreError("this store was closed; open a new one")
     return StoreError(f"PostgreSQL error: {text}")
+
+
+def check_conninfo(conninfo: str, shown_url: str) -> None:
+    """Raise ``TaskValidationError`` for a connection string libpq refuses to parse (unknown
+    parameter, malformed URI), with libpq's own words; reaching the server is not tried."""
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise TaskValidationError(
+            "url",
+            shown_url,
+            "a libpq URI (https://www.postgresql.org/docs/current/libpq-connect.html) with "
+            "taskward's options pool_min, pool_max, open_timeout_s, reconnect_timeout_s, migrate",
+            message=f"invalid PostgreSQL URL {shown_url}: {str(exc).strip()}",
+        ) from exc
 
 
 @contextmanager
