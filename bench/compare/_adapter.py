@@ -56,6 +56,12 @@ def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.
     parser.add_argument("--concurrency", type=int, default=None, help="worker concurrency")
     parser.add_argument("--batch", type=int, default=None, help="worker fetch batch size")
     parser.add_argument("--workdir", default=None, help="where logs and side files go")
+    parser.add_argument(
+        "--driver",
+        choices=("sync", "async"),
+        default="sync",
+        help="(the PostgreSQL floor's enqueue) psycopg's synchronous or asynchronous connection",
+    )
     parser.add_argument("--mode", choices=("burst", "idle"), default="burst", help="(worker)")
     parser.add_argument("--timeout-s", type=float, default=900.0)
     args = parser.parse_args(argv)

@@ -172,6 +172,19 @@ def systems(args: argparse.Namespace) -> list[System]:
             None,
             ("enqueue", "drain"),
         ),
+        # Not a goal's baseline: the floor's INSERT over psycopg's asyncio connection, so that
+        # the report tells the asynchronous driver's cost from taskward's own.
+        System(
+            "floor-postgres-async",
+            "raw-SQL floor, asynchronous driver",
+            "PostgreSQL, one connection",
+            "in-process (enqueue only), psycopg AsyncConnection",
+            "system_floor.py",
+            "postgres",
+            None,
+            ("enqueue",),
+            ("--driver", "async"),
+        ),
     ]
 
 
@@ -182,6 +195,7 @@ PAIRS = (
     ("taskward-sqlite", "floor-sqlite-b64"),
     ("taskward-sqlite", "huey"),
     ("taskward-postgres", "floor-postgres"),
+    ("taskward-postgres", "floor-postgres-async"),
     ("taskward-postgres", "procrastinate"),
     ("taskward-postgres", "pgqueuer-b10"),
     ("taskward-postgres", "pgqueuer-b100"),

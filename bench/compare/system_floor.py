@@ -6,6 +6,10 @@ sets them) or synchronous psycopg (autocommit, one connection).
 
 - ``enqueue``: one bare ``INSERT`` of the row ``submit_task`` writes (every column, values from
   taskward's own ``validate_application``), autocommit: one transaction per job.
+- ``--driver async`` (PostgreSQL, enqueue only; ``floor-postgres-async``): the same ``INSERT``
+  over psycopg's ``AsyncConnection`` on asyncio, the driver path an asynchronous caller of
+  ``submit_task`` pays too: against it, taskward's admission shows its own cost apart from the
+  driver's.
 - Every id is one of taskward's own (``taskward.ids.new_id``, time-ordered version 7): random
   version-4 ids land each row on a random index page, and made the batched floor 1.9x slower
   than the writes taskward really makes (2026-12-02).
@@ -78,15 +82,21 @@ def enqueue(args: argparse.Namespace, store: Store) -> dict[str, Any]:
             ),
         )
 
-    try:
-        for i in range(args.warmup):
-            one(f"warm-{i}")
-        began = time.perf_counter()
-        for i in range(args.jobs):
-            one(f"single-{i}")
-        seconds = time.perf_counter() - began
-    finally:
+    if args.driver == "async":
+        if store.backend != "postgres":
+            raise ValueError("--driver async is the PostgreSQL floor's; SQLite has no driver path")
         conn.close()
+        seconds = asyncio.run(_enqueue_async(args, store, insert, admitted))
+    else:
+        try:
+            for i in range(args.warmup):
+                one(f"warm-{i}")
+            began = time.perf_counter()
+            for i in range(args.jobs):
+                one(f"single-{i}")
+            seconds = time.perf_counter() - began
+        finally:
+            conn.close()
     expected = args.warmup + args.jobs
     violations: list[str] = []
     with raw_connection(store) as check:
@@ -106,6 +116,37 @@ def enqueue(args: argparse.Namespace, store: Store) -> dict[str, Any]:
         check={"expected": expected, "rows": int(rows), "queued": int(queued or 0)},
         violations=violations,
     )
+
+
+async def _enqueue_async(
+    args: argparse.Namespace, store: Store, insert: str, admitted: Any
+) -> float:
+    """``enqueue``'s loop over psycopg's asynchronous connection (autocommit, one connection)."""
+    conn = await psycopg.AsyncConnection.connect(store.raw, autocommit=True)
+
+    def params(key: str) -> tuple[Any, ...]:
+        now = time.time()
+        return (
+            new_id(),
+            admitted.action_kind,
+            admitted.args_json,
+            now,
+            now,
+            now,
+            "[]",
+            key,
+            admitted.application_hash,
+        )
+
+    try:
+        for i in range(args.warmup):
+            await conn.execute(insert, params(f"warm-{i}"))
+        began = time.perf_counter()
+        for i in range(args.jobs):
+            await conn.execute(insert, params(f"single-{i}"))
+        return time.perf_counter() - began
+    finally:
+        await conn.close()
 
 
 def drain(args: argparse.Namespace, store: Store) -> dict[str, Any]:
