@@ -250,8 +250,24 @@ async def test_a_bad_postgres_url_is_refused_at_once(query: str, words: str) -> 
     assert asyncio.get_running_loop().time() - began < 2.0
 
 
+async def test_a_refused_url_never_shows_its_password() -> None:
+    # libpq quotes the token it cannot read, here the password with a stray %
+    with pytest.raises(taskward.TaskValidationError) as caught:
+        await taskward.open_db("postgresql://alice:s3%zzcret@127.0.0.1/test")
+    assert "zzcret" not in str(caught.value)
+    assert "invalid percent-encoded token" in str(caught.value)
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+async def test_a_pool_that_cannot_open_says_why() -> None:
+    # libpq checks an option's value only when it connects: the pool keeps retrying until
+    # open_timeout_s, and the error then names the cause, not only the pool's timeout.
+    with pytest.raises(taskward.StoreUnavailable, match=r"connecting: .*invalid sslmode value"):
+        await taskward.open_db("postgresql://127.0.0.1/test?sslmode=bogus&open_timeout_s=0.3")
+
+
 async def test_unreachable_postgres_is_store_unavailable() -> None:
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreError, match=r"connecting: .*refused"):
         await taskward.open_db(
             "postgresql://postgres@127.0.0.1:1/nope?connect_timeout=1&open_timeout_s=0.5"
         )

@@ -117,7 +117,7 @@ async def _open(url: str | None) -> StateDB:
         conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(options)))
         # What libpq itself rejects (an unknown query parameter such as ``schema``) fails here,
         # at once: the pool would take it for an unreachable server and retry until its timeout.
-        check_conninfo(conninfo, redact(url))
+        check_conninfo(conninfo, redact(url), password=parts.password)
         db = PostgresDB(
             conninfo,
             url=redact(url),

@@ -163,19 +163,25 @@ def translate_error(exc: psycopg.Error) -> StoreError:
     return StoreError(f"PostgreSQL error: {text}")
 
 
-def check_conninfo(conninfo: str, shown_url: str) -> None:
+def check_conninfo(conninfo: str, shown_url: str, *, password: str | None = None) -> None:
     """Raise ``TaskValidationError`` for a connection string libpq refuses to parse (unknown
-    parameter, malformed URI), with libpq's own words; reaching the server is not tried."""
+    parameter, malformed URI), with libpq's own words; reaching the server is not tried.
+
+    libpq quotes the token it could not read, which may be the password (a stray ``%`` in
+    it): ``password``, as the URL spells it, never appears in the message."""
     try:
         conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
+        words = str(exc).strip()
+        if password:
+            words = words.replace(password, "***")
         raise TaskValidationError(
             "url",
             shown_url,
             "a libpq URI (https://www.postgresql.org/docs/current/libpq-connect.html) with "
             "taskward's options pool_min, pool_max, open_timeout_s, reconnect_timeout_s, migrate",
-            message=f"invalid PostgreSQL URL {shown_url}: {str(exc).strip()}",
-        ) from exc
+            message=f"invalid PostgreSQL URL {shown_url}: {words}",
+        ) from None  # the driver's exception quotes the token too
 
 
 @contextmanager
@@ -436,8 +442,30 @@ class PostgresDB:
     async def connect(self) -> None:
         if self._closed:
             raise StoreError("this store was closed; open a new one")
-        with _translate():
-            await self._pool.open(wait=True, timeout=self._pool.timeout)
+        try:
+            with _translate():
+                await self._pool.open(wait=True, timeout=self._pool.timeout)
+        except StoreUnavailable as exc:
+            # The pool says only that it timed out; one connection of our own says why (the
+            # server refused or is away, a bad sslmode, a wrong password...).
+            cause = await self._connect_error()
+            if cause is None:
+                raise
+            raise StoreUnavailable(f"{exc}; connecting: {cause}") from exc
+
+    async def _connect_error(self) -> str | None:
+        """The error one direct connection attempt ends in (None: it succeeded), waiting at
+        most ``open_timeout_s`` or 2 s, whichever is shorter, on top of the pool's wait."""
+        wait_s = min(self._pool.timeout, 2.0)
+        try:
+            async with asyncio.timeout(wait_s):
+                conn = await psycopg.AsyncConnection.connect(self.conninfo)
+        except TimeoutError:
+            return f"no connection within {wait_s:g} s"
+        except (psycopg.Error, OSError) as exc:
+            return " ".join(str(exc).split())
+        await conn.close()
+        return None
 
     async def close(self) -> None:
         """Close the pool; safe to call twice."""
