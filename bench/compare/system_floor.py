@@ -60,27 +60,30 @@ def connect(store: Store) -> Any:
     return psycopg.connect(store.raw, autocommit=True)
 
 
+def admit_params(admitted: Any, key: str) -> tuple[Any, ...]:
+    """The floor's ``INSERT`` parameters for one row under ``key``, made at call time (a new
+    id, the clock), the rest from taskward's own ``validate_application``."""
+    now = time.time()
+    return (
+        new_id(),
+        admitted.action_kind,
+        admitted.args_json,
+        now,
+        now,
+        now,
+        "[]",
+        key,
+        admitted.application_hash,
+    )
+
+
 def enqueue(args: argparse.Namespace, store: Store) -> dict[str, Any]:
     admitted = validate_application(T.application("template"), T.registry())
     insert = floor_sql(store.backend).admit
     conn = connect(store)
 
     def one(key: str) -> None:
-        now = time.time()
-        conn.execute(
-            insert,
-            (
-                new_id(),
-                admitted.action_kind,
-                admitted.args_json,
-                now,
-                now,
-                now,
-                "[]",
-                key,
-                admitted.application_hash,
-            ),
-        )
+        conn.execute(insert, admit_params(admitted, key))
 
     if args.driver == "async":
         if store.backend != "postgres":
@@ -123,27 +126,12 @@ async def _enqueue_async(
 ) -> float:
     """``enqueue``'s loop over psycopg's asynchronous connection (autocommit, one connection)."""
     conn = await psycopg.AsyncConnection.connect(store.raw, autocommit=True)
-
-    def params(key: str) -> tuple[Any, ...]:
-        now = time.time()
-        return (
-            new_id(),
-            admitted.action_kind,
-            admitted.args_json,
-            now,
-            now,
-            now,
-            "[]",
-            key,
-            admitted.application_hash,
-        )
-
     try:
         for i in range(args.warmup):
-            await conn.execute(insert, params(f"warm-{i}"))
+            await conn.execute(insert, admit_params(admitted, f"warm-{i}"))
         began = time.perf_counter()
         for i in range(args.jobs):
-            await conn.execute(insert, params(f"single-{i}"))
+            await conn.execute(insert, admit_params(admitted, f"single-{i}"))
         return time.perf_counter() - began
     finally:
         await conn.close()
