@@ -239,6 +239,8 @@ async def test_bad_urls_are_validation_errors() -> None:
         ("pool_max=0", r"pool_max '0' is invalid; allowed: a whole number of at least 1"),
         ("open_timeout_s=-1", r"open_timeout_s '-1' is invalid; allowed: a positive number"),
         ("open_timeout_s=soon", r"open_timeout_s 'soon' is invalid"),
+        ("open_timeout_s=nan", r"open_timeout_s 'nan' is invalid"),
+        ("reconnect_timeout_s=inf", r"reconnect_timeout_s 'inf' is invalid"),
     ],
 )
 async def test_a_bad_postgres_url_is_refused_at_once(query: str, words: str) -> None:

@@ -16,13 +16,16 @@ The URL comes from the caller, else ``TASKWARD_DATABASE_URL``, else the default.
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Generator
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from taskward.errors import TaskValidationError
 from taskward.store.port import StateDB
+
+T = TypeVar("T", int, float)
 
 DEFAULT_URL = "sqlite:///taskward.db"
 ENV_VAR = "TASKWARD_DATABASE_URL"
@@ -46,30 +49,38 @@ def _flag(options: dict[str, str], name: str, default: bool) -> bool:
     raise TaskValidationError(name, value, "true, false")
 
 
-def _seconds(options: dict[str, str], name: str, default: float) -> float:
+def _number(
+    options: dict[str, str],
+    name: str,
+    default: T,
+    parse: Callable[[str], T],
+    valid: Callable[[T], bool],
+    allowed: str,
+) -> T:
+    """Pop the option ``name`` as ``parse`` reads it; ``default`` when absent. A value that
+    does not parse, or that ``valid`` refuses, is a TaskValidationError naming ``allowed``."""
     value = options.pop(name, None)
     if value is None:
         return default
     try:
-        seconds = float(value)
+        number = parse(value)
     except ValueError:
-        seconds = -1.0
-    if not seconds > 0 or seconds == float("inf"):
-        raise TaskValidationError(name, value, "a positive number of seconds")
-    return seconds
+        raise TaskValidationError(name, value, allowed) from None
+    if not valid(number):
+        raise TaskValidationError(name, value, allowed)
+    return number
+
+
+def _seconds(options: dict[str, str], name: str, default: float) -> float:
+    return _number(
+        options, name, default, float, lambda s: 0 < s < math.inf, "a positive number of seconds"
+    )
 
 
 def _count(options: dict[str, str], name: str, default: int, *, least: int) -> int:
-    value = options.pop(name, None)
-    if value is None:
-        return default
-    try:
-        count = int(value)
-    except ValueError:
-        count = least - 1
-    if count < least:
-        raise TaskValidationError(name, value, f"a whole number of at least {least}")
-    return count
+    return _number(
+        options, name, default, int, lambda n: n >= least, f"a whole number of at least {least}"
+    )
 
 
 def redact(url: str) -> str:
