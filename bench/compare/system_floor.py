@@ -80,26 +80,12 @@ def admit_params(admitted: Any, key: str) -> tuple[Any, ...]:
 def enqueue(args: argparse.Namespace, store: Store) -> dict[str, Any]:
     admitted = validate_application(T.application("template"), T.registry())
     insert = floor_sql(store.backend).admit
-    conn = connect(store)
-
-    def one(key: str) -> None:
-        conn.execute(insert, admit_params(admitted, key))
-
     if args.driver == "async":
         if store.backend != "postgres":
             raise ValueError("--driver async is the PostgreSQL floor's; SQLite has no driver path")
-        conn.close()
         seconds = asyncio.run(_enqueue_async(args, store, insert, admitted))
     else:
-        try:
-            for i in range(args.warmup):
-                one(f"warm-{i}")
-            began = time.perf_counter()
-            for i in range(args.jobs):
-                one(f"single-{i}")
-            seconds = time.perf_counter() - began
-        finally:
-            conn.close()
+        seconds = _enqueue_sync(args, store, insert, admitted)
     expected = args.warmup + args.jobs
     violations: list[str] = []
     with raw_connection(store) as check:
@@ -119,6 +105,20 @@ def enqueue(args: argparse.Namespace, store: Store) -> dict[str, Any]:
         check={"expected": expected, "rows": int(rows), "queued": int(queued or 0)},
         violations=violations,
     )
+
+
+def _enqueue_sync(args: argparse.Namespace, store: Store, insert: str, admitted: Any) -> float:
+    """``enqueue``'s loop over the raw driver's synchronous connection (``connect``)."""
+    conn = connect(store)
+    try:
+        for i in range(args.warmup):
+            conn.execute(insert, admit_params(admitted, f"warm-{i}"))
+        began = time.perf_counter()
+        for i in range(args.jobs):
+            conn.execute(insert, admit_params(admitted, f"single-{i}"))
+        return time.perf_counter() - began
+    finally:
+        conn.close()
 
 
 async def _enqueue_async(
