@@ -1,7 +1,8 @@
 """taskward for ``bench/compare``, on SQLite (``synchronous=FULL``, the default) or PostgreSQL.
 
 Only the public API and the CLI: ``taskward.submit_task`` (one call, one transaction, per
-enqueue), ``taskward.submit_tasks`` (bulk, untimed prefill; also timed once as ``bulk_per_s``),
+enqueue; ``taskward.SyncClient.submit_task`` timed after it as ``sync_per_s``),
+``taskward.submit_tasks`` (bulk, untimed prefill; also timed once as ``bulk_per_s``),
 and ONE ``taskward --db URL --import taskward.benchtasks worker --burst --quiet --concurrency C``
 process for the drain (kind ``taskward_bench_noop``, an async no-op). The check after each run is
 the full audit trail: every task ``completed`` with exactly 2 ``status_transitions`` facts
@@ -118,14 +119,22 @@ def enqueue(args: argparse.Namespace, store: Store) -> dict[str, Any]:
             for i in range(args.jobs):
                 await taskward.submit_task(db, application(f"single-{i}"), registry=reg)
             single_s = time.perf_counter() - began
+            # The synchronous client, as a program without an event loop admits: the same
+            # count, one call each (this loop blocks; nothing else runs on it meanwhile).
+            with taskward.SyncClient(store.url, registry=reg) as client:
+                client.submit_task(application("sync-warm"))
+                began = time.perf_counter()
+                for i in range(args.jobs):
+                    client.submit_task(application(f"sync-{i}"))
+                sync_s = time.perf_counter() - began
             apps = [application(f"bulk-{i}") for i in range(args.jobs)]
             began = time.perf_counter()
             for offset in range(0, args.jobs, BULK_CHUNK):
                 await taskward.submit_tasks(db, apps[offset : offset + BULK_CHUNK], registry=reg)
-            return single_s, time.perf_counter() - began
+            return single_s, sync_s, time.perf_counter() - began
 
-    single_s, bulk_s = asyncio.run(run())
-    expected = args.warmup + 2 * args.jobs
+    single_s, sync_s, bulk_s = asyncio.run(run())
+    expected = args.warmup + 1 + 3 * args.jobs
     violations: list[str] = []
     with raw_connection(store) as conn:
         rows, queued = raw_rows(
@@ -143,6 +152,7 @@ def enqueue(args: argparse.Namespace, store: Store) -> dict[str, Any]:
         backend=store.backend,
         seconds=single_s,
         per_s=args.jobs / single_s,
+        sync_per_s=args.jobs / sync_s,
         bulk_per_s=args.jobs / bulk_s,
         bulk_chunk=BULK_CHUNK,
         check={"expected": expected, "rows": int(rows), "queued": int(queued or 0)},

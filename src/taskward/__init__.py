@@ -13,6 +13,7 @@ from taskward.capabilities import (
     host_scoped_concurrency_key,
     worker_can_serve,
 )
+from taskward.client import SyncClient
 from taskward.errors import (
     AdapterNotRegistered,
     InvalidTransition,
@@ -59,6 +60,7 @@ __all__ = [
     "Status",
     "StoreError",
     "StoreUnavailable",
+    "SyncClient",
     "TaskAdapter",
     "TaskAdapterRegistry",
     "TaskApplication",

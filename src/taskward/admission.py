@@ -271,35 +271,56 @@ async def admit_task(
 
     Raises: as ``submit_task``.
     """
-    if admission_source not in ADMISSION_SOURCES:
-        raise TaskValidationError("admission_source", admission_source, sorted(ADMISSION_SOURCES))
-    admitted = validate_application(app, registry if registry is not None else build_registry())
-    run_id = new_id()
+    admitted = validate_admission(app, registry, admission_source)
     # One statement, its own transaction (R8): INSERT ... ON CONFLICT DO NOTHING. Only when it
     # inserted nothing is the existing row read and its hash compared.
-    row = await db.fetchone(
-        "run_insert_if_new",
-        {
-            "id": run_id,
-            "schedule_id": schedule_id,
-            "trigger_context": "{}",
-            "action_kind": admitted.action_kind,
-            "action_args": admitted.args_json,
-            "concurrency_key": admitted.concurrency_key,
-            "required_capabilities": dumps(admitted.required_capabilities),
-            "execution_target": admitted.execution_target,
-            "library_ref": admitted.library_ref,
-            "library_content_hash": admitted.library_content_hash,
-            "idempotency_key": admitted.idempotency_key,
-            "application_hash": admitted.application_hash,
-            "admission_source": admission_source,
-            "now": now,
-        },
-    )
-    if row is not None:
+    params = insert_params(admitted, admission_source, schedule_id, now)
+    if await db.execute("run_insert_if_new", params):
         db.wake("queued")
-        return Admission(task_id=row["id"], created=True)
+        return Admission(task_id=params["id"], created=True)
     existing = await db.fetchone("run_get_by_key", {"idempotency_key": admitted.idempotency_key})
+    return replayed_admission(admitted, existing)
+
+
+def validate_admission(
+    app: TaskApplication, registry: TaskAdapterRegistry | None, admission_source: str
+) -> AdmittedApplication:
+    """``admit_task``'s checks before any SQL (shared with ``taskward.client.SyncClient``)."""
+    if admission_source not in ADMISSION_SOURCES:
+        raise TaskValidationError("admission_source", admission_source, sorted(ADMISSION_SOURCES))
+    return validate_application(app, registry if registry is not None else build_registry())
+
+
+def insert_params(
+    admitted: AdmittedApplication,
+    admission_source: str,
+    schedule_id: str | None,
+    now: float | None,
+) -> dict[str, Any]:
+    """``run_insert_if_new``'s parameters for one admission, with a new time-ordered id."""
+    return {
+        "id": new_id(),
+        "schedule_id": schedule_id,
+        "trigger_context": "{}",
+        "action_kind": admitted.action_kind,
+        "action_args": admitted.args_json,
+        "concurrency_key": admitted.concurrency_key,
+        "required_capabilities": dumps(admitted.required_capabilities),
+        "execution_target": admitted.execution_target,
+        "library_ref": admitted.library_ref,
+        "library_content_hash": admitted.library_content_hash,
+        "idempotency_key": admitted.idempotency_key,
+        "application_hash": admitted.application_hash,
+        "admission_source": admission_source,
+        "now": now,
+    }
+
+
+def replayed_admission(
+    admitted: AdmittedApplication, existing: Mapping[str, Any] | None
+) -> Admission:
+    """The answer when the insert found the key taken: ``existing`` (``run_get_by_key``'s row)
+    must hold the same application (ADR-0072 D2), else TaskIdempotencyConflict."""
     if existing is None:  # pragma: no cover - the unique index makes this unreachable
         raise RuntimeError("admission insert conflicted but no row holds the key")
     if existing["application_hash"] != admitted.application_hash:

@@ -149,6 +149,9 @@ class _AtTime:
     def transaction(self, *, now: float | None = None) -> AbstractAsyncContextManager[Tx]:
         return self._db.transaction(now=self._now if now is None else now)
 
+    async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> int:
+        return await self._db.execute(name, {"now": self._now, **(params or {})})
+
     async def fetchone(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
         return await self._db.fetchone(name, {"now": self._now, **(params or {})})
 

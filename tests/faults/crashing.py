@@ -9,10 +9,10 @@ the committer would have done next (reply, acknowledge, the next step).
 
 The store is wrapped where every write passes: the ``transaction()`` of both dialects (each
 statement a transaction runs is recorded through a proxy of its ``Tx``) and the single-statement
-writes that run outside one (``fetchone``/``fetchall`` of an INSERT/UPDATE/DELETE query, such as
-admission's ``run_insert_if_new`` and the summary fallback). A committed unit of work is
-classified by what it wrote (``boundaries_of``). ``run`` is not a commit: it wraps the adapter
-run of the resident host (``before`` the adapter starts, ``after`` it returned, before the
+writes that run outside one (``execute``/``fetchone``/``fetchall`` of an INSERT/UPDATE/DELETE
+query, such as admission's ``run_insert_if_new`` and the summary fallback). A committed unit of
+work is classified by what it wrote (``boundaries_of``). ``run`` is not a commit: it wraps the
+adapter run of the resident host (``before`` the adapter starts, ``after`` it returned, before the
 summary and the acknowledgement).
 """
 
@@ -335,7 +335,7 @@ def _wrap_store(cls: Any, point: CrashPoint, dialect: str) -> None:
 
     cls.transaction = transaction
 
-    for method in ("fetchone", "fetchall"):
+    for method in ("execute", "fetchone", "fetchall"):
         original = getattr(cls, method)
 
         def wrap(

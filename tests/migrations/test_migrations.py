@@ -215,6 +215,15 @@ async def test_sqlite_connections_carry_the_documented_settings(tmp_path: Path) 
         assert settings(db) == ("wal", 2, 1, 2)  # synchronous 2: FULL; temp_store 2: MEMORY
     async with taskward.open_db(f"sqlite:///{tmp_path / 'normal.db'}?synchronous=NORMAL") as db:
         assert settings(db) == ("wal", 1, 1, 2)
+    # The synchronous client's connections (one per thread) carry the same settings.
+    from taskward.store.open import open_sync_db
+
+    for name, query, expected in (("full", "", 2), ("normal", "?synchronous=NORMAL", 1)):
+        sync_db = open_sync_db(f"sqlite:///{tmp_path / name}.db{query}")
+        try:
+            assert settings(sync_db) == ("wal", expected, 1, 2)
+        finally:
+            sync_db.close()
 
 
 async def test_bad_urls_are_validation_errors() -> None:

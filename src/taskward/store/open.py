@@ -1,4 +1,5 @@
-"""``open_db(url)``: pick the dialect from the URL. The only module that imports a dialect.
+"""``open_db(url)`` (and the synchronous client's ``open_sync_db``): pick the dialect from the
+URL. The only module that imports a dialect.
 
 URLs:
   ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` (default ``sqlite:///taskward.db``)
@@ -16,14 +17,18 @@ The URL comes from the caller, else ``TASKWARD_DATABASE_URL``, else the default.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 from collections.abc import Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from taskward.errors import TaskValidationError
-from taskward.store.port import StateDB
+from taskward.errors import StoreError, TaskValidationError
+from taskward.store.migrate import load_migrations
+from taskward.store.port import StateDB, SyncStatements
 
 T = TypeVar("T", int, float)
 
@@ -91,13 +96,32 @@ def redact(url: str) -> str:
     return url
 
 
-async def _open(url: str | None) -> StateDB:
-    url = resolve_url(url)
+@dataclass(frozen=True)
+class _SQLiteSettings:
+    path: str
+    url: str
+    synchronous: str
+    lock_timeout_s: float
+
+
+@dataclass(frozen=True)
+class _PostgresSettings:
+    conninfo: str
+    url: str  # redacted
+    pool_min: int
+    pool_max: int
+    open_timeout_s: float
+    reconnect_timeout_s: float
+
+
+def _settings(url: str) -> tuple[_SQLiteSettings | _PostgresSettings, bool]:
+    """What ``url`` asks for, and whether to migrate on open; every option checked here, before
+    anything connects (the async store and the synchronous client read URLs alike)."""
     parts = urlsplit(url)
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
-    db: Any
+    settings: _SQLiteSettings | _PostgresSettings
     if parts.scheme == "sqlite":
-        from taskward.store.sqlite.db import SQLiteDB
+        from taskward.store.sqlite.db import SYNCHRONOUS_MODES
 
         path = url.split("?", 1)[0][len("sqlite://") :]
         path = path[1:] if path.startswith("/") else path
@@ -105,6 +129,8 @@ async def _open(url: str | None) -> StateDB:
             raise TaskValidationError("url", url, "sqlite:///relative.db or sqlite:////abs.db")
         migrate = _flag(options, "migrate", True)
         synchronous = options.pop("synchronous", "FULL")
+        if synchronous.upper() not in SYNCHRONOUS_MODES:
+            raise TaskValidationError("synchronous", synchronous, ", ".join(SYNCHRONOUS_MODES))
         lock_timeout_s = _seconds(options, "lock_timeout_s", 30.0)
         if options:
             raise TaskValidationError(
@@ -113,12 +139,9 @@ async def _open(url: str | None) -> StateDB:
                 "sqlite options synchronous, lock_timeout_s, migrate",
                 message=f"unknown sqlite URL options: {', '.join(options)}",
             )
-        try:
-            db = SQLiteDB(path, url=url, synchronous=synchronous, lock_budget_s=lock_timeout_s)
-        except ValueError as exc:
-            raise TaskValidationError("synchronous", synchronous, "FULL, NORMAL, EXTRA") from exc
+        settings = _SQLiteSettings(path, url, synchronous.upper(), lock_timeout_s)
     elif parts.scheme in {"postgresql", "postgres"}:
-        from taskward.store.postgres.db import PostgresDB, check_conninfo
+        from taskward.store.postgres.db import check_conninfo
 
         migrate = _flag(options, "migrate", True)
         pool_min = _count(options, "pool_min", 1, least=0)
@@ -129,16 +152,42 @@ async def _open(url: str | None) -> StateDB:
         # What libpq itself rejects (an unknown query parameter such as ``schema``) fails here,
         # at once: the pool would take it for an unreachable server and retry until its timeout.
         check_conninfo(conninfo, redact(url), password=parts.password)
-        db = PostgresDB(
-            conninfo,
-            url=redact(url),
-            pool_min=pool_min,
-            pool_max=pool_max,
-            connect_timeout_s=open_timeout_s,
-            reconnect_timeout_s=reconnect_timeout_s,
+        settings = _PostgresSettings(
+            conninfo, redact(url), pool_min, pool_max, open_timeout_s, reconnect_timeout_s
         )
     else:
         raise TaskValidationError("url", redact(url), "sqlite:///path.db, postgresql://...")
+    return settings, migrate
+
+
+def check_url(url: str) -> None:
+    """Raise TaskValidationError for a URL ``open_db`` would refuse; nothing connects."""
+    _settings(url)
+
+
+async def _open(url: str | None) -> StateDB:
+    settings, migrate = _settings(resolve_url(url))
+    db: Any
+    if isinstance(settings, _SQLiteSettings):
+        from taskward.store.sqlite.db import SQLiteDB
+
+        db = SQLiteDB(
+            settings.path,
+            url=settings.url,
+            synchronous=settings.synchronous,
+            lock_budget_s=settings.lock_timeout_s,
+        )
+    else:
+        from taskward.store.postgres.db import PostgresDB
+
+        db = PostgresDB(
+            settings.conninfo,
+            url=settings.url,
+            pool_min=settings.pool_min,
+            pool_max=settings.pool_max,
+            connect_timeout_s=settings.open_timeout_s,
+            reconnect_timeout_s=settings.reconnect_timeout_s,
+        )
     await db.connect()
     try:
         if migrate:
@@ -148,6 +197,58 @@ async def _open(url: str | None) -> StateDB:
         raise
     store: StateDB = db
     return store
+
+
+def open_sync_db(url: str | None = None) -> SyncStatements:
+    """The synchronous client's store at ``url`` (``taskward.client.SyncClient``), its schema
+    current: migrated first where the URL allows (through the async store, on a thread of its
+    own, so a caller inside a running event loop can open one too); with ``migrate=false`` a
+    store behind this version of taskward is a StoreError naming ``taskward migrate``."""
+    url = resolve_url(url)
+    settings, migrate = _settings(url)
+    db: Any
+    if isinstance(settings, _SQLiteSettings):
+        from taskward.store.sqlite.sync import SQLiteSyncDB
+
+        db = SQLiteSyncDB(
+            settings.path,
+            url=settings.url,
+            synchronous=settings.synchronous,
+            lock_budget_s=settings.lock_timeout_s,
+        )
+        dialect = "sqlite"
+    else:
+        from taskward.store.postgres.sync import PostgresSyncDB
+
+        db = PostgresSyncDB(
+            settings.conninfo,
+            url=settings.url,
+            pool_min=settings.pool_min,
+            pool_max=settings.pool_max,
+            connect_timeout_s=settings.open_timeout_s,
+        )
+        dialect = "postgres"
+    try:
+        latest = len(load_migrations(dialect))  # gap-free: the count is the newest version
+        version = db.schema_version()
+        if version < latest:
+            if not migrate:
+                raise StoreError(
+                    f"the store at {settings.url} is at schema version {version}, this taskward"
+                    f" needs {latest}: run `taskward migrate` (or drop migrate=false)"
+                )
+            with ThreadPoolExecutor(1, thread_name_prefix="taskward-migrate") as pool:
+                pool.submit(asyncio.run, _migrate(url)).result()
+    except BaseException:
+        db.close()
+        raise
+    sync_db: SyncStatements = db
+    return sync_db
+
+
+async def _migrate(url: str) -> None:
+    db = await _open(url)
+    await db.close()
 
 
 class _Opening:

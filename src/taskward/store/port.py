@@ -231,6 +231,11 @@ class StateDB(Protocol):
         """Open a write transaction; ``now`` None means the store's clock (R9)."""
         ...
 
+    async def execute(self, name: str, params: Params | None = None) -> int:
+        """Run a named statement in its own transaction; returns its row count (the rows an
+        INSERT or UPDATE wrote, or a SELECT returned), the rows themselves left unread."""
+        ...
+
     async def fetchone(self, name: str, params: Params | None = None) -> Row | None: ...
 
     async def fetchall(self, name: str, params: Params | None = None) -> list[Row]: ...
@@ -257,3 +262,29 @@ class StateDB(Protocol):
     async def __aenter__(self) -> StateDB: ...
 
     async def __aexit__(self, *exc: object) -> None: ...
+
+
+class SyncStatements(Protocol):
+    """The synchronous client's store (``taskward.client.SyncClient``; open with
+    ``store.open.open_sync_db``): named single statements, each its own transaction, called
+    from any thread of a program without an event loop. Driver errors are translated as the
+    async store translates them."""
+
+    dialect: str
+    url: str
+
+    def execute(self, name: str, params: Params | None = None) -> int:
+        """As ``StateDB.execute``."""
+        ...
+
+    def fetchone(self, name: str, params: Params | None = None) -> Row | None: ...
+
+    def fetchall(self, name: str, params: Params | None = None) -> list[Row]: ...
+
+    def schema_version(self) -> int:
+        """The newest migration applied to the store (0: none)."""
+        ...
+
+    def close(self) -> None:
+        """Close every connection this process opened; safe to call twice."""
+        ...

@@ -115,12 +115,16 @@ _ARRAY_DUMPERS = {
 }
 
 
-async def _configure(conn: AsyncConn) -> None:
-    """Every pool connection: the JSON loaders and the array dumpers above."""
+def configure_adapters(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """Every connection, async or synchronous: the JSON loaders and the array dumpers above."""
     conn.adapters.register_loader("jsonb", _JsonLoader)
     conn.adapters.register_loader("json", _JsonLoader)
     for kind, dumper in _ARRAY_DUMPERS.items():
         conn.adapters.register_dumper(kind, dumper)
+
+
+async def _configure(conn: AsyncConn) -> None:
+    configure_adapters(conn)
 
 
 # What passes by itself: retried by callers as StoreUnavailable (taskward.store.retry).
@@ -184,8 +188,16 @@ def check_conninfo(conninfo: str, shown_url: str, *, password: str | None = None
         ) from None  # the driver's exception quotes the token too
 
 
+def statement(name: str, params: Params | None) -> tuple[str, dict[str, Any]]:
+    """A named statement outside a transaction and its parameters (``now`` None: the SQL falls
+    back to the server clock, R9); the async store's and the synchronous client's."""
+    merged = dict(params or {})
+    merged.setdefault("now", None)
+    return load_queries("postgres")[name], merged
+
+
 @contextmanager
-def _translate() -> Iterator[None]:
+def translate() -> Iterator[None]:
     """Translate driver errors once, at the store boundary."""
     try:
         yield
@@ -224,7 +236,7 @@ def _claim_arrays(params: Mapping[str, Any]) -> dict[str, Any]:
 @contextmanager
 def _transition_key_taken() -> Iterator[None]:
     """A taken transition key, refused by the unique index, as ``KeyAlreadyUsed`` (inside
-    ``_translate``, which passes taskward's own errors through)."""
+    ``translate``, which passes taskward's own errors through)."""
     try:
         yield
     except pg_errors.UniqueViolation as exc:
@@ -248,16 +260,16 @@ class _PgTx:
     @asynccontextmanager
     async def savepoint(self) -> AsyncIterator[None]:
         """A nested scope whose failure rolls back only itself."""
-        with _translate():
+        with translate():
             await self._conn.execute(b"SAVEPOINT tw_sp")
         try:
             yield
         except BaseException:
-            with _translate():
+            with translate():
                 await self._conn.execute(b"ROLLBACK TO SAVEPOINT tw_sp")
                 await self._conn.execute(b"RELEASE SAVEPOINT tw_sp")
             raise
-        with _translate():
+        with translate():
             await self._conn.execute(b"RELEASE SAVEPOINT tw_sp")
 
     def _params(self, params: Params | None) -> dict[str, Any]:
@@ -266,17 +278,17 @@ class _PgTx:
         return merged
 
     async def execute(self, name: str, params: Params | None = None) -> int:
-        with _translate():
+        with translate():
             cur = await self._conn.execute(self._queries[name], self._params(params))
             return cur.rowcount
 
     async def fetchone(self, name: str, params: Params | None = None) -> Row | None:
-        with _translate():
+        with translate():
             cur = await self._conn.execute(self._queries[name], self._params(params))
             return await cur.fetchone()
 
     async def fetchall(self, name: str, params: Params | None = None) -> list[Row]:
-        with _translate():
+        with translate():
             cur = await self._conn.execute(self._queries[name], self._params(params))
             return await cur.fetchall()
 
@@ -290,7 +302,7 @@ class _PgTx:
 
     async def fetchall_batch(self, statements: Sequence[tuple[str, Params]]) -> list[list[Row]]:
         """Several named statements in one round trip (pipeline mode), every row of each."""
-        with _translate():
+        with translate():
             async with self._conn.pipeline():
                 cursors = [
                     await self._conn.execute(self._queries[name], self._params(params))
@@ -369,7 +381,7 @@ class _PgTx:
         ]
         if not statements:  # nothing to write: no round trip
             return [0] * len(writes), [], []
-        with _translate(), _transition_key_taken():
+        with translate(), _transition_key_taken():
             if len(statements) == 1:
                 [(name, params)] = statements
                 cursors = [await self._conn.execute(self._queries[name], self._params(params))]
@@ -387,7 +399,7 @@ class _PgTx:
     async def _compare_and_swap(self, sql: str, params: dict[str, Any]) -> list[Row]:
         """A guarded update's rows; a second running row of a serialization key (the unique
         index refuses it) is ConcurrencyKeyBusy (R7)."""
-        with _translate():
+        with translate():
             try:
                 cur = await self._conn.execute(to_pyformat(sql), params)
             except pg_errors.UniqueViolation as exc:
@@ -443,7 +455,7 @@ class PostgresDB:
         if self._closed:
             raise StoreError("this store was closed; open a new one")
         try:
-            with _translate():
+            with translate():
                 await self._pool.open(wait=True, timeout=self._pool.timeout)
         except StoreUnavailable as exc:
             # The pool says only that it timed out; one connection of our own says why (the
@@ -502,7 +514,7 @@ class PostgresDB:
                 self._hot_busy = False
             return
         try:
-            with _translate():
+            with translate():
                 async with self._pool.connection() as conn:
                     yield conn
         except StoreUnavailable:
@@ -513,7 +525,7 @@ class PostgresDB:
     async def _hot_connection(self) -> AsyncIterator[AsyncConn]:
         try:
             if self._hot is None:
-                with _translate():
+                with translate():
                     self._hot = await self._pool.getconn()
             conn = self._hot
         except StoreUnavailable:
@@ -611,7 +623,7 @@ class PostgresDB:
 
     async def now(self) -> float:
         async with self.connection() as conn:
-            with _translate():
+            with translate():
                 row = await (await conn.execute(_NOW_SQL)).fetchone()
         assert row is not None
         return float(row["now"])
@@ -620,7 +632,7 @@ class PostgresDB:
     async def transaction(self, *, now: float | None = None) -> AsyncIterator[_PgTx]:
         """BEGIN and the server clock travel in one round trip; NOTIFYs go out at COMMIT."""
         async with self.connection() as conn:
-            with _translate():
+            with translate():
                 if now is None:
                     cur = await conn.execute(_BEGIN_NOW_SQL)
                     while cur.nextset():  # BEGIN, the two SET LOCALs, then the clock
@@ -633,7 +645,7 @@ class PostgresDB:
             tx = _PgTx(conn, now)
             try:
                 yield tx
-                with _translate():
+                with translate():
                     await conn.execute(_commit_sql(tx.channels))
             except BaseException:
                 with contextlib.suppress(Exception):
@@ -647,18 +659,22 @@ class PostgresDB:
         return rows[0] if rows else None
 
     async def fetchall(self, name: str, params: Params | None = None) -> list[Row]:
-        sql = load_queries("postgres")[name]
-        merged = dict(params or {})
-        merged.setdefault("now", None)  # the SQL falls back to the server clock (R9)
+        sql, merged = statement(name, params)
         async with self.connection() as conn:
-            with _translate():
+            with translate():
                 cur = await conn.execute(sql, merged)
                 return await cur.fetchall()
+
+    async def execute(self, name: str, params: Params | None = None) -> int:
+        sql, merged = statement(name, params)
+        async with self.connection() as conn:
+            with translate():
+                return (await conn.execute(sql, merged)).rowcount
 
     async def migrate(self) -> list[str]:
         applied: list[str] = []
         async with self.connection() as conn:
-            with _translate():
+            with translate():
                 async with conn.transaction():
                     await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
                     await conn.execute(

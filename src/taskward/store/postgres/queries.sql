@@ -11,7 +11,8 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.u
 -- name: run_insert_if_new
 -- Admission (ADR-0072 D2, R8): insert a queued row unless the key exists; writes no fact.
 -- One statement, its own transaction: the insert, the server clock (R9) and the wake-up of idle
--- workers (NOTIFY, sent only when a row was inserted) in a single round trip.
+-- workers (NOTIFY, sent only when a row was inserted) in a single round trip. Its row count
+-- (1 or 0, the rows of the final SELECT) says whether it inserted; the caller made the id.
 WITH inserted AS (
 INSERT INTO schedule_runs (
   id, schedule_id, invocation_id, trigger_context,

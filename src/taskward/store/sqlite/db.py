@@ -111,6 +111,20 @@ def _translate(path: str) -> Iterator[None]:
         raise translate_error(exc, path) from exc
 
 
+def set_pragmas(conn: sqlite3.Connection, synchronous: str) -> None:
+    """Every connection's settings after ``journal_mode=WAL`` (the async store's and the
+    synchronous client's alike; each sets its own busy timeout)."""
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("PRAGMA foreign_keys=ON")
+    # Statement journals and the scratch tables of RETURNING, sorts and the like in memory,
+    # not in temporary files: a write statement inside a transaction that already changed
+    # its pages (a group commit's claims after its completions) opened and wrote one,
+    # which made each claimed row's compare-and-swap cost 40 us instead of 29 (the
+    # completions' 38 instead of 31; 10,000-task drains). They are as small as the
+    # statement's own changes; taskward sorts no large result.
+    conn.execute("PRAGMA temp_store=MEMORY")
+
+
 @lru_cache(maxsize=64)
 def _positional(sql: str) -> tuple[str, bool, Callable[[Mapping[str, Any]], tuple[Any, ...]]]:
     """A named statement as a positional one (``queries.to_positional``), whether it takes
@@ -301,16 +315,7 @@ class SQLiteDB:
         conn.row_factory = _row_factory
         self._conn = conn
         await self._retry_busy(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone())
-        conn.execute(f"PRAGMA synchronous={self.synchronous}")
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("PRAGMA busy_timeout=0")
-        # Statement journals and the scratch tables of RETURNING, sorts and the like in memory,
-        # not in temporary files: a write statement inside a transaction that already changed
-        # its pages (a group commit's claims after its completions) opened and wrote one,
-        # which made each claimed row's compare-and-swap cost 40 us instead of 29 (the
-        # completions' 38 instead of 31; 10,000-task drains). They are as small as the
-        # statement's own changes; taskward sorts no large result.
-        conn.execute("PRAGMA temp_store=MEMORY")
+        set_pragmas(conn, self.synchronous)
 
     async def close(self) -> None:
         """Close the connection; safe to call twice."""
@@ -425,14 +430,24 @@ class SQLiteDB:
         return rows[0] if rows else None
 
     async def fetchall(self, name: str, params: Params | None = None) -> list[Row]:
-        sql = load_queries("sqlite")[name]
-        merged = dict(params or {})
-        if merged.get("now") is None:
-            merged["now"] = self._clock()
+        sql, merged = self._statement(name, params)
         async with self._lock:
             conn = self._connection()
             rows: list[Row] = await self._retry_busy(lambda: conn.execute(sql, merged).fetchall())
             return rows
+
+    async def execute(self, name: str, params: Params | None = None) -> int:
+        sql, merged = self._statement(name, params)
+        async with self._lock:
+            conn = self._connection()
+            count: int = await self._retry_busy(lambda: conn.execute(sql, merged).rowcount)
+            return count
+
+    def _statement(self, name: str, params: Params | None) -> tuple[str, dict[str, Any]]:
+        merged = dict(params or {})
+        if merged.get("now") is None:
+            merged["now"] = self._clock()
+        return load_queries("sqlite")[name], merged
 
     async def migrate(self) -> list[str]:
         applied: list[str] = []

@@ -10,7 +10,8 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.u
 
 -- name: run_insert_if_new
 -- Admission (ADR-0072 D2, R8): insert a queued row unless the key exists; writes no fact.
--- One statement, its own transaction.
+-- One statement, its own transaction; its row count (1 or 0) says whether it inserted, and the
+-- caller made the id (RETURNING would cost SQLite a scratch table: 8 % of an admission).
 INSERT INTO schedule_runs (
   id, schedule_id, invocation_id, trigger_context,
   action_kind, action_args, status, chain_depth,
@@ -26,8 +27,7 @@ INSERT INTO schedule_runs (
   :library_ref, :library_content_hash,
   :idempotency_key, :application_hash, :admission_source
 )
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id;
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
 -- name: run_get_by_key
 SELECT id, application_hash FROM schedule_runs WHERE idempotency_key = :idempotency_key;

@@ -1,0 +1,296 @@
+"""``taskward.SyncClient``: synchronous admission with ``submit_task``'s semantics exactly, on
+both backends (ADR-0072 D1/D2, R8), from several threads and across fork()."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import taskward
+from taskward import SyncClient, TaskApplication
+from taskward.adapters import AdapterConfig, build_registry
+from taskward.errors import (
+    AdapterNotRegistered,
+    StoreError,
+    StoreUnavailable,
+    TaskIdempotencyConflict,
+    TaskValidationError,
+)
+from taskward.store.port import StateDB
+from tests.conftest import StoreFactory
+
+REGISTRY = build_registry(AdapterConfig(command_allowlist=frozenset({"true", "echo"})))
+# Every column an admission writes that does not depend on the id, the key or the time.
+SAME_COLUMNS = (
+    "schedule_id",
+    "invocation_id",
+    "trigger_context",
+    "action_kind",
+    "action_args",
+    "status",
+    "chain_depth",
+    "concurrency_key",
+    "required_capabilities",
+    "execution_target",
+    "library_ref",
+    "library_content_hash",
+    "application_hash",
+    "admission_source",
+    "lease_attempts",
+    "leased_by",
+    "lease_expires_at",
+)
+
+
+def app(**changes: object) -> TaskApplication:
+    base = TaskApplication(
+        action_kind="command",
+        args={"argv": ["echo", "hi"]},
+        execution_target="host",
+        idempotency_key="key-1",
+        required_capabilities=["gpu", "docker"],
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+async def test_a_submission_writes_the_row_submit_task_writes(db: StateDB, db_url: str) -> None:
+    with SyncClient(db_url, registry=REGISTRY) as client:
+        ours = await asyncio.to_thread(client.submit_task, app(idempotency_key="sync"), now=500.0)
+    theirs = await taskward.submit_task(
+        db, app(idempotency_key="async"), registry=REGISTRY, now=500.0
+    )
+    row, other = await taskward.get_task(db, ours), await taskward.get_task(db, theirs)
+    assert {c: row[c] for c in SAME_COLUMNS} == {c: other[c] for c in SAME_COLUMNS}
+    assert row["status"] == "queued" and row["idempotency_key"] == "sync"
+    assert row["fired_at"] == row["created_at"] == row["queued_at"] == 500.0
+    assert await taskward.list_transitions(db, ours) == []  # admission writes no fact
+
+
+async def test_a_replayed_key_returns_the_original_and_a_changed_one_conflicts(
+    db: StateDB, db_url: str
+) -> None:
+    first = await taskward.submit_task(db, app(), registry=REGISTRY)
+    client = SyncClient(db_url, registry=REGISTRY)
+    try:
+        again = await asyncio.to_thread(client.admit_task, app())
+        assert again.task_id == first and again.created is False
+        changed = app(args={"argv": ["echo", "other"]})
+        with pytest.raises(TaskIdempotencyConflict) as caught:
+            await asyncio.to_thread(client.submit_task, changed)
+        assert caught.value.existing_task_id == first
+        fresh = await asyncio.to_thread(client.admit_task, app(idempotency_key="key-2"))
+        assert fresh.created is True and fresh.task_id != first
+    finally:
+        client.close()
+    rows, _ = await taskward.list_tasks(db, limit=10)
+    assert len(rows) == 2
+
+
+async def test_invalid_applications_write_nothing(db: StateDB, db_url: str) -> None:
+    with SyncClient(db_url, registry=REGISTRY) as client:
+        with pytest.raises(TaskValidationError):
+            client.submit_task(app(idempotency_key="  "))
+        with pytest.raises(TaskValidationError):
+            client.submit_task(app(execution_target="moon"))
+        with pytest.raises(TaskValidationError):
+            client.submit_task(app(), admission_source="carrier pigeon")
+        with pytest.raises(AdapterNotRegistered):
+            client.submit_task(app(action_kind="no_such_kind"))
+    rows, _ = await taskward.list_tasks(db, limit=10)
+    assert rows == []
+
+
+async def test_threads_sharing_one_client_each_admit_once_per_key(db: StateDB, db_url: str) -> None:
+    """8 threads, 30 distinct keys each, and all of them racing on 10 shared keys: every key is
+    one row, and every thread got that row's id for a shared key."""
+    client = SyncClient(db_url, registry=REGISTRY)
+
+    def work(thread: int) -> dict[str, str]:
+        ids = {}
+        for i in range(30):
+            key = f"t{thread}-{i}"
+            ids[key] = client.submit_task(app(idempotency_key=key))
+            shared = f"shared-{i % 10}"
+            ids[shared] = client.submit_task(app(idempotency_key=shared))
+        return ids
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            results = await asyncio.to_thread(lambda: list(pool.map(work, range(8))))
+    finally:
+        client.close()
+    rows, cursor = await taskward.list_tasks(db, limit=500)
+    assert cursor is None
+    by_key = {row["idempotency_key"]: row["id"] for row in rows}
+    assert len(rows) == 8 * 30 + 10
+    for ids in results:
+        for key, task_id in ids.items():
+            assert by_key[key] == task_id
+
+
+def _connection_in_use(client: SyncClient) -> object:
+    """The connection this thread's calls went through (white-box: the invariant is that a
+    forked child never goes through its parent's)."""
+    db: Any = client._db
+    return db._local.conn if db.dialect == "sqlite" else db._hot
+
+
+def _fork_and_submit(client: SyncClient, key: str) -> str:
+    """fork(); the child admits ``key`` through ``client`` and exits at once (``os._exit``: no
+    finalisers, as a pre-forking server's worker may die); returns the child's task id."""
+    inherited = _connection_in_use(client)
+    assert inherited is not None
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(read_end)
+        code = 0
+        try:
+            task_id = client.submit_task(app(idempotency_key=key))
+            if _connection_in_use(client) is inherited:
+                raise AssertionError("the child used its parent's connection")
+            os.write(write_end, task_id.encode())
+        except BaseException as exc:
+            os.write(write_end, f"child failed: {exc!r}".encode())
+            code = 3
+        os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        said = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, said
+    return said
+
+
+async def test_a_forked_child_uses_connections_of_its_own(db: StateDB, db_url: str) -> None:
+    """The client was used before fork(); the child admits through it and exits; the parent's
+    connection still works afterwards (the child never used or closed it)."""
+    client = SyncClient(db_url, registry=REGISTRY)
+    try:
+        before = client.submit_task(app(idempotency_key="parent-1"))
+        from_child = _fork_and_submit(client, "child")
+        after = client.submit_task(app(idempotency_key="parent-2"))
+    finally:
+        client.close()
+    for task_id in (before, from_child, after):
+        assert (await taskward.get_task(db, task_id))["status"] == "queued"
+
+
+async def test_a_submission_wakes_an_idle_worker_of_another_store(db: StateDB, db_url: str) -> None:
+    """An idle worker waits on its store's ``queued`` signal: NOTIFY in the statement on
+    PostgreSQL, the data_version poll on SQLite, as for any other process's admission."""
+    signal = db.signal("queued")
+    with SyncClient(db_url, registry=REGISTRY) as client:
+        # The watcher's (or the LISTEN connection's) first reading may come after the first
+        # commit: a later submission must then wake it. Bounded, and each wait ends early.
+        for attempt in range(20):
+            seen = signal.seq
+            await asyncio.to_thread(client.submit_task, app(idempotency_key=f"wake-{attempt}"))
+            if await signal.wait(seen, 2.0):
+                break
+        else:
+            pytest.fail("no submission woke the idle worker's signal")
+        # Now the watcher is reading (or LISTEN is in place): this one submission must wake it.
+        seen = signal.seq
+        await asyncio.to_thread(client.submit_task, app(idempotency_key="wake-now"))
+        assert await signal.wait(seen, 10.0) is True
+
+
+def test_a_bad_url_is_refused_before_anything_connects(tmp_path: Path) -> None:
+    with pytest.raises(TaskValidationError):
+        SyncClient(f"sqlite:///{tmp_path / 'x.db'}?synchronous=SOMETIMES")
+    with pytest.raises(TaskValidationError):
+        SyncClient("postgresql://127.0.0.1:5432/test?schema=x")
+    with pytest.raises(TaskValidationError):
+        SyncClient("mysql://localhost/db")
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_a_closed_client_refuses_calls(stores: StoreFactory) -> None:
+    client = SyncClient(stores.new_url(), registry=REGISTRY)
+    client.submit_task(app())
+    client.close()
+    client.close()  # twice is fine
+    with pytest.raises(StoreError, match="closed"):
+        client.submit_task(app(idempotency_key="later"))
+
+
+def test_a_fresh_store_is_migrated_on_first_use(stores: StoreFactory) -> None:
+    with SyncClient(stores.new_url(), registry=REGISTRY) as client:
+        assert client.admit_task(app()).created is True
+
+
+def test_migrate_false_refuses_a_store_behind_this_version(stores: StoreFactory) -> None:
+    url = stores.new_url()
+    joiner = "&" if "?" in url else "?"
+    client = SyncClient(f"{url}{joiner}migrate=false", registry=REGISTRY)
+    with pytest.raises(StoreError, match="taskward migrate"):
+        client.open()
+    client.close()
+
+
+def test_an_unreachable_server_is_store_unavailable_naming_the_cause() -> None:
+    client = SyncClient("postgresql://postgres@127.0.0.1:1/test?open_timeout_s=1")
+    with pytest.raises(StoreUnavailable, match=r"connecting: .*127\.0\.0\.1"):
+        client.open()
+    client.close()
+
+
+def test_a_sqlite_lock_held_past_lock_timeout_s_is_store_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    url = f"sqlite:///{path}"
+    with SyncClient(url, registry=REGISTRY) as client:
+        client.submit_task(app())  # migrated
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with (
+            SyncClient(f"{url}?lock_timeout_s=0.2", registry=REGISTRY) as client,
+            pytest.raises(StoreUnavailable, match="locked"),
+        ):
+            client.submit_task(app(idempotency_key="blocked"))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    with SyncClient(url, registry=REGISTRY) as client:
+        assert client.admit_task(app(idempotency_key="blocked")).created is True
+
+
+def test_a_client_opened_inside_a_running_event_loop_still_migrates(
+    stores: StoreFactory,
+) -> None:
+    """The migration runs on a thread of its own, so a caller inside a loop is not refused."""
+
+    async def inside() -> bool:
+        with SyncClient(stores.new_url(), registry=REGISTRY) as client:
+            return client.admit_task(app()).created
+
+    assert asyncio.run(inside()) is True
+
+
+def test_threads_see_one_store_on_sqlite(tmp_path: Path) -> None:
+    """Each thread has its own SQLite connection; all of them write the one file."""
+    url = f"sqlite:///{tmp_path / 'threads.db'}"
+    barrier = threading.Barrier(4)
+    with SyncClient(url, registry=REGISTRY) as client:
+
+        def work(n: int) -> str:
+            barrier.wait()
+            return client.submit_task(app(idempotency_key=f"k{n}"))
+
+        with ThreadPoolExecutor(4) as pool:
+            ids = list(pool.map(work, range(4)))
+    conn = sqlite3.connect(tmp_path / "threads.db")
+    try:
+        stored = {r[0] for r in conn.execute("SELECT id FROM schedule_runs")}
+    finally:
+        conn.close()
+    assert stored == set(ids) and len(ids) == 4
