@@ -8,6 +8,7 @@ import dataclasses
 import os
 import sqlite3
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -294,3 +295,31 @@ def test_threads_see_one_store_on_sqlite(tmp_path: Path) -> None:
     finally:
         conn.close()
     assert stored == set(ids) and len(ids) == 4
+
+
+def test_a_terminated_connection_costs_one_call_then_the_client_recovers(
+    stores: StoreFactory,
+) -> None:
+    """The server ends the hot connection's session (a restart, an operator): the next call is
+    StoreUnavailable (safe to retry with its key), and the one after runs on a new connection."""
+    if stores.backend != "postgres":
+        pytest.skip("sessions are a PostgreSQL matter")
+    import psycopg
+
+    from tests.conftest import PG_URL
+
+    url = stores.new_url()
+    with SyncClient(url, registry=REGISTRY) as client:
+        client.submit_task(app(idempotency_key="before"))
+        db: Any = client._db
+        pid = db._hot.info.backend_pid
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            # Until the session is gone (a database condition, bounded), not a fixed sleep.
+            deadline = time.monotonic() + 10
+            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                assert time.monotonic() < deadline, "the terminated session stayed"
+        with pytest.raises(StoreUnavailable):
+            client.submit_task(app(idempotency_key="during"))
+        assert client.admit_task(app(idempotency_key="during")).created is True
+        assert db._hot.info.backend_pid != pid

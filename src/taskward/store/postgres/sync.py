@@ -15,9 +15,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -29,6 +28,17 @@ from taskward.store.port import Params, Row
 from taskward.store.postgres.db import configure_adapters, statement, translate
 
 SyncConn = psycopg.Connection[dict[str, Any]]
+SyncCursor = psycopg.Cursor[dict[str, Any]]
+T = TypeVar("T")
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
+def _all_rows(cursor: SyncCursor) -> list[Row]:
+    return cursor.fetchall()
+
+
+def _row_count(cursor: SyncCursor) -> int:
+    return cursor.rowcount
 
 
 class PostgresSyncDB:
@@ -106,54 +116,57 @@ class PostgresSyncDB:
         else:
             return "a direct connection succeeded; the pool did not in time"
 
-    @contextmanager
-    def _connection(self) -> Iterator[SyncConn]:
+    def _run(self, sql: str, params: Params | None, read: Callable[[SyncCursor], T]) -> T:
+        """``sql`` with ``params`` on the hot connection when it is free (else on a pool
+        connection), and what ``read`` takes from its cursor. After any error, or with a
+        transaction left open, the hot connection goes back to the pool, which checks, resets
+        or discards it."""
         pool = self._current_pool()
         if not self._hot_lock.acquire(blocking=False):
             with translate(), pool.connection() as conn:
-                yield conn
-            return
+                return read(conn.execute(sql, params))
         try:
-            with translate():
-                if self._hot is None:
+            if self._hot is None:
+                with translate():
                     self._hot = pool.getconn()
             conn = self._hot
-            clean = False
             try:
-                yield conn
-                clean = conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            finally:
-                if not clean or self._closed:
-                    # After any error the pool checks, resets or discards the connection.
-                    self._hot = None
-                    with contextlib.suppress(Exception):  # a closed pool takes nothing back
-                        pool.putconn(conn)
+                with translate():
+                    result = read(conn.execute(sql, params))
+            except BaseException:
+                self._return_hot(pool, conn)
+                raise
+            if conn.pgconn.transaction_status != _IDLE or self._closed:
+                self._return_hot(pool, conn)
+            return result
         finally:
             self._hot_lock.release()
 
+    def _return_hot(self, pool: ConnectionPool[SyncConn], conn: SyncConn) -> None:
+        self._hot = None
+        with contextlib.suppress(Exception):  # a closed pool takes nothing back
+            pool.putconn(conn)
+
     def fetchall(self, name: str, params: Params | None = None) -> list[Row]:
-        sql, merged = statement(name, params)
-        with self._connection() as conn, translate():
-            return conn.execute(sql, merged).fetchall()
+        return self._run(*statement(name, params), _all_rows)
 
     def execute(self, name: str, params: Params | None = None) -> int:
-        sql, merged = statement(name, params)
-        with self._connection() as conn, translate():
-            return conn.execute(sql, merged).rowcount
+        return self._run(*statement(name, params), _row_count)
 
     def fetchone(self, name: str, params: Params | None = None) -> Row | None:
         rows = self.fetchall(name, params)
         return rows[0] if rows else None
 
     def schema_version(self) -> int:
-        with self._connection() as conn, translate():
-            row = conn.execute(
-                f"SELECT to_regclass('{MIGRATIONS_TABLE}') IS NOT NULL AS present"
-            ).fetchone()
-            if row is None or not row["present"]:
-                return 0
-            row = conn.execute(f"SELECT max(version) AS version FROM {MIGRATIONS_TABLE}").fetchone()
-        return int(row["version"] or 0) if row else 0
+        [found] = self._run(
+            f"SELECT to_regclass('{MIGRATIONS_TABLE}') IS NOT NULL AS present", None, _all_rows
+        )
+        if not found["present"]:
+            return 0
+        [row] = self._run(
+            f"SELECT max(version) AS version FROM {MIGRATIONS_TABLE}", None, _all_rows
+        )
+        return int(row["version"] or 0)
 
     def close(self) -> None:
         """Close the pool of this process (call it when no statement is in flight); safe to
