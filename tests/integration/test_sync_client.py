@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import select
+import signal
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -144,31 +147,47 @@ def _connection_in_use(client: SyncClient) -> object:
     return db._local.conn if db.dialect == "sqlite" else db._hot
 
 
-def _fork_and_submit(client: SyncClient, key: str) -> str:
-    """fork(); the child admits ``key`` through ``client`` and exits at once (``os._exit``: no
-    finalisers, as a pre-forking server's worker may die); returns the child's task id."""
-    inherited = _connection_in_use(client)
-    assert inherited is not None
+def _in_child(work: Callable[[], str], timeout_s: float = 30.0) -> str:
+    """fork(); the child runs ``work`` and exits at once (``os._exit``: no finalisers, as a
+    pre-forking server's worker may die); returns what it said. A child that hangs (waiting on
+    something of its parent's) is killed after ``timeout_s`` and fails the test."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
         os.close(read_end)
         code = 0
         try:
-            task_id = client.submit_task(app(idempotency_key=key))
-            if _connection_in_use(client) is inherited:
-                raise AssertionError("the child used its parent's connection")
-            os.write(write_end, task_id.encode())
+            said = work()
         except BaseException as exc:
-            os.write(write_end, f"child failed: {exc!r}".encode())
-            code = 3
+            said, code = f"child failed: {exc!r}", 3
+        os.write(write_end, said.encode())
         os._exit(code)
     os.close(write_end)
+    ready, _, _ = select.select([read_end], [], [], timeout_s)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read_end)
+        pytest.fail(f"the child did not answer within {timeout_s:g} s")
     with os.fdopen(read_end, "rb") as pipe:
         said = pipe.read().decode()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, said
     return said
+
+
+def _fork_and_submit(client: SyncClient, key: str) -> str:
+    """The child admits ``key`` through ``client``, never through its parent's connection."""
+    inherited = _connection_in_use(client)
+    assert inherited is not None
+
+    def work() -> str:
+        task_id = client.submit_task(app(idempotency_key=key))
+        if _connection_in_use(client) is inherited:
+            raise AssertionError("the child used its parent's connection")
+        return task_id
+
+    return _in_child(work)
 
 
 async def test_a_forked_child_uses_connections_of_its_own(db: StateDB, db_url: str) -> None:
@@ -323,3 +342,52 @@ def test_a_terminated_connection_costs_one_call_then_the_client_recovers(
             client.submit_task(app(idempotency_key="during"))
         assert client.admit_task(app(idempotency_key="during")).created is True
         assert db._hot.info.backend_pid != pid
+
+
+async def test_bulk_reads_and_cancellation_are_the_async_api_behind_the_client(
+    db: StateDB, db_url: str
+) -> None:
+    """The portal runs the async functions themselves: the same answers, the same errors."""
+
+    def scenario() -> tuple[list[str], list[str], Any, Any, list[Any], list[Any]]:
+        with SyncClient(db_url, registry=REGISTRY) as client:
+            apps = [app(idempotency_key=f"bulk-{i}") for i in range(5)]
+            ids = client.submit_tasks(apps)
+            again = client.submit_tasks([*apps[:2], app(idempotency_key="bulk-new")])
+            with pytest.raises(TaskIdempotencyConflict):
+                client.submit_tasks([app(idempotency_key="bulk-0", args={"argv": ["true"]})])
+            with pytest.raises(taskward.TaskNotFound):
+                client.get_task("no-such-task")
+            cancel = client.request_task_cancel(
+                ids[0], actor=taskward.Actor(type="operator", id="ops"), idempotency_key="c-1"
+            )
+            row = client.get_task(ids[0])
+            facts = client.list_transitions(ids[0])
+            rows, cursor = client.list_tasks(status="queued", limit=100)
+            assert cursor is None
+            return ids, again, cancel, row, facts, rows
+
+    ids, again, cancel, row, facts, rows = await asyncio.to_thread(scenario)
+    assert len(set(ids)) == 5 and again[:2] == ids[:2] and again[2] not in ids
+    assert cancel.state == "cancelled" and row["status"] == "cancelled"
+    assert [(f["previous_status"], f["status"]) for f in facts] == [("queued", "cancelled")]
+    assert {r["id"] for r in rows} == set(ids[1:]) | {again[2]}
+    assert (await taskward.get_task(db, ids[0]))["status"] == "cancelled"
+
+
+async def test_a_forked_child_runs_a_portal_of_its_own(db: StateDB, db_url: str) -> None:
+    client = SyncClient(db_url, registry=REGISTRY)
+    try:
+        [first] = client.submit_tasks([app(idempotency_key="portal-parent")])
+        inherited = client._portal
+
+        def work() -> str:
+            status: str = client.get_task(first)["status"]
+            if client._portal is inherited:
+                raise AssertionError("the child used its parent's portal")
+            return status
+
+        assert _in_child(work, timeout_s=20.0) == "queued"
+        assert client.get_task(first)["status"] == "queued"  # the parent's portal still works
+    finally:
+        client.close()
