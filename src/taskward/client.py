@@ -17,7 +17,8 @@ the calling thread; inside a running event loop, await the async API instead.
 Threads may share one client (each statement is its own transaction; on SQLite each thread
 has its own connection, on PostgreSQL a pool serves them). A process forked after the client
 was used opens connections (and a portal) of its own on its first call; it never uses its
-parent's.
+parent's. Fork while no other thread is inside a call (as a pre-forking server does): a lock
+held by another thread at fork() stays held in the child.
 """
 
 from __future__ import annotations
