@@ -22,7 +22,7 @@ import math
 import os
 from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -96,12 +96,14 @@ def redact(url: str) -> str:
     return url
 
 
+# A dialect's settings are its stores' constructor arguments, by name: the async store and the
+# synchronous client's are built from the same object (``_construct``).
 @dataclass(frozen=True)
 class _SQLiteSettings:
     path: str
     url: str
     synchronous: str
-    lock_timeout_s: float
+    lock_budget_s: float
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,23 @@ class _PostgresSettings:
     url: str  # redacted
     pool_min: int
     pool_max: int
-    open_timeout_s: float
+    connect_timeout_s: float
     reconnect_timeout_s: float
+
+
+def _construct(settings: _SQLiteSettings | _PostgresSettings, *, sync: bool) -> Any:
+    """The store ``settings`` describe: the async one, or the synchronous client's."""
+    kind: Any
+    if isinstance(settings, _SQLiteSettings):
+        if sync:
+            from taskward.store.sqlite.sync import SQLiteSyncDB as kind
+        else:
+            from taskward.store.sqlite.db import SQLiteDB as kind
+    elif sync:
+        from taskward.store.postgres.sync import PostgresSyncDB as kind
+    else:
+        from taskward.store.postgres.db import PostgresDB as kind
+    return kind(**asdict(settings))
 
 
 def _settings(url: str) -> tuple[_SQLiteSettings | _PostgresSettings, bool]:
@@ -167,27 +184,7 @@ def check_url(url: str) -> None:
 
 async def _open(url: str | None) -> StateDB:
     settings, migrate = _settings(resolve_url(url))
-    db: Any
-    if isinstance(settings, _SQLiteSettings):
-        from taskward.store.sqlite.db import SQLiteDB
-
-        db = SQLiteDB(
-            settings.path,
-            url=settings.url,
-            synchronous=settings.synchronous,
-            lock_budget_s=settings.lock_timeout_s,
-        )
-    else:
-        from taskward.store.postgres.db import PostgresDB
-
-        db = PostgresDB(
-            settings.conninfo,
-            url=settings.url,
-            pool_min=settings.pool_min,
-            pool_max=settings.pool_max,
-            connect_timeout_s=settings.open_timeout_s,
-            reconnect_timeout_s=settings.reconnect_timeout_s,
-        )
+    db = _construct(settings, sync=False)
     await db.connect()
     try:
         if migrate:
@@ -206,28 +203,8 @@ def open_sync_db(url: str | None = None) -> SyncStatements:
     store behind this version of taskward is a StoreError naming ``taskward migrate``."""
     url = resolve_url(url)
     settings, migrate = _settings(url)
-    db: Any
-    if isinstance(settings, _SQLiteSettings):
-        from taskward.store.sqlite.sync import SQLiteSyncDB
-
-        db = SQLiteSyncDB(
-            settings.path,
-            url=settings.url,
-            synchronous=settings.synchronous,
-            lock_budget_s=settings.lock_timeout_s,
-        )
-        dialect = "sqlite"
-    else:
-        from taskward.store.postgres.sync import PostgresSyncDB
-
-        db = PostgresSyncDB(
-            settings.conninfo,
-            url=settings.url,
-            pool_min=settings.pool_min,
-            pool_max=settings.pool_max,
-            connect_timeout_s=settings.open_timeout_s,
-        )
-        dialect = "postgres"
+    db = _construct(settings, sync=True)
+    dialect = "sqlite" if isinstance(settings, _SQLiteSettings) else "postgres"
     try:
         latest = len(load_migrations(dialect))  # gap-free: the count is the newest version
         version = db.schema_version()

@@ -54,12 +54,14 @@ class PostgresSyncDB:
         pool_min: int = 1,
         pool_max: int = 10,
         connect_timeout_s: float = 10.0,
+        reconnect_timeout_s: float = 5.0,
     ) -> None:
         self.conninfo = conninfo
         self.url = url
         self._pool_min = pool_min
         self._pool_max = pool_max
         self._timeout_s = connect_timeout_s
+        self._reconnect_timeout_s = reconnect_timeout_s
         self._pool: ConnectionPool[SyncConn] | None = None
         self._pid = 0
         self._opening = threading.Lock()
@@ -89,6 +91,7 @@ class PostgresSyncDB:
                 max_size=self._pool_max,
                 open=False,
                 timeout=self._timeout_s,
+                reconnect_timeout=self._reconnect_timeout_s,
                 kwargs={"autocommit": True, "row_factory": dict_row},
                 configure=configure_adapters,
             )
