@@ -188,6 +188,26 @@ def check_conninfo(conninfo: str, shown_url: str, *, password: str | None = None
         ) from None  # the driver's exception quotes the token too
 
 
+def pool_settings(
+    pool_min: int, pool_max: int, connect_timeout_s: float, reconnect_timeout_s: float
+) -> dict[str, Any]:
+    """What every taskward pool is, async or synchronous (the synchronous client's too): sized
+    by the URL, opened explicitly, its connections autocommit with rows as dicts."""
+    return {
+        "min_size": pool_min,
+        "max_size": pool_max,
+        "open": False,
+        "timeout": connect_timeout_s,
+        "reconnect_timeout": reconnect_timeout_s,
+        "kwargs": {"autocommit": True, "row_factory": dict_row},
+    }
+
+
+def one_line(exc: BaseException) -> str:
+    """A driver's (often multi-line) message on one line."""
+    return " ".join(str(exc).split())
+
+
 def statement(name: str, params: Params | None) -> tuple[str, dict[str, Any]]:
     """A named statement outside a transaction and its parameters (``now`` None: the SQL falls
     back to the server clock, R9); the async store's and the synchronous client's."""
@@ -429,13 +449,8 @@ class PostgresDB:
         self.conninfo = conninfo
         self._pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
             conninfo,
-            min_size=pool_min,
-            max_size=pool_max,
-            open=False,
-            timeout=connect_timeout_s,
-            reconnect_timeout=reconnect_timeout_s,
+            **pool_settings(pool_min, pool_max, connect_timeout_s, reconnect_timeout_s),
             reconnect_failed=self._reconnect_failed,
-            kwargs={"autocommit": True, "row_factory": dict_row},
             configure=_configure,
         )
         self._closed = False
@@ -475,7 +490,7 @@ class PostgresDB:
         except TimeoutError:
             return f"no connection within {wait_s:g} s"
         except (psycopg.Error, OSError) as exc:
-            return " ".join(str(exc).split())
+            return one_line(exc)
         await conn.close()
         return None
 

@@ -19,13 +19,19 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from taskward.errors import StoreError, StoreUnavailable
 from taskward.store.migrate import MIGRATIONS_TABLE
 from taskward.store.port import Params, Row
-from taskward.store.postgres.db import configure_adapters, statement, translate
+from taskward.store.postgres.db import (
+    DEFAULT_RECONNECT_TIMEOUT_S,
+    configure_adapters,
+    one_line,
+    pool_settings,
+    statement,
+    translate,
+)
 
 SyncConn = psycopg.Connection[dict[str, Any]]
 SyncCursor = psycopg.Cursor[dict[str, Any]]
@@ -54,7 +60,7 @@ class PostgresSyncDB:
         pool_min: int = 1,
         pool_max: int = 10,
         connect_timeout_s: float = 10.0,
-        reconnect_timeout_s: float = 5.0,
+        reconnect_timeout_s: float = DEFAULT_RECONNECT_TIMEOUT_S,
     ) -> None:
         self.conninfo = conninfo
         self.url = url
@@ -87,23 +93,19 @@ class PostgresSyncDB:
                 self._hot_lock = threading.Lock()
             pool = ConnectionPool(
                 self.conninfo,
-                min_size=self._pool_min,
-                max_size=self._pool_max,
-                open=False,
-                timeout=self._timeout_s,
-                reconnect_timeout=self._reconnect_timeout_s,
-                kwargs={"autocommit": True, "row_factory": dict_row},
+                **pool_settings(
+                    self._pool_min, self._pool_max, self._timeout_s, self._reconnect_timeout_s
+                ),
                 configure=configure_adapters,
             )
-            with translate():
-                try:
+            try:
+                with translate():
                     pool.open(wait=True, timeout=self._timeout_s)
-                except psycopg.OperationalError as exc:  # the pool's timeout says no more
-                    pool.close()
-                    raise StoreUnavailable(
-                        f"PostgreSQL unavailable: no connection within {self._timeout_s:g} s"
-                        f" (open_timeout_s); connecting: {self._connect_error()}"
-                    ) from exc
+            except StoreUnavailable as exc:
+                # The pool says only that it timed out; one connection of our own says why,
+                # as the async store's connect() does.
+                pool.close()
+                raise StoreUnavailable(f"{exc}; connecting: {self._connect_error()}") from exc
             self._pool, self._pid = pool, os.getpid()
             return pool
 
@@ -115,7 +117,7 @@ class PostgresSyncDB:
                 self.conninfo, connect_timeout=max(1, int(min(self._timeout_s, 2)))
             ).close()
         except (psycopg.Error, OSError) as exc:
-            return " ".join(str(exc).split())
+            return one_line(exc)
         else:
             return "a direct connection succeeded; the pool did not in time"
 

@@ -111,6 +111,18 @@ def _translate(path: str) -> Iterator[None]:
         raise translate_error(exc, path) from exc
 
 
+def statement(
+    name: str, params: Params | None, clock: Callable[[], float]
+) -> tuple[str, dict[str, Any]]:
+    """A named statement outside a transaction and its parameters, ``now`` from ``clock`` when
+    not given (the local clock is SQLite's store clock, R9); the async store's and the
+    synchronous client's."""
+    merged = dict(params or {})
+    if merged.get("now") is None:
+        merged["now"] = clock()
+    return load_queries("sqlite")[name], merged
+
+
 def set_pragmas(conn: sqlite3.Connection, synchronous: str) -> None:
     """Every connection's settings after ``journal_mode=WAL`` (the async store's and the
     synchronous client's alike; each sets its own busy timeout)."""
@@ -444,10 +456,7 @@ class SQLiteDB:
             return count
 
     def _statement(self, name: str, params: Params | None) -> tuple[str, dict[str, Any]]:
-        merged = dict(params or {})
-        if merged.get("now") is None:
-            merged["now"] = self._clock()
-        return load_queries("sqlite")[name], merged
+        return statement(name, params, self._clock)
 
     async def migrate(self) -> list[str]:
         applied: list[str] = []

@@ -15,20 +15,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from taskward.errors import StoreError, StoreUnavailable
 from taskward.store.migrate import MIGRATIONS_TABLE
 from taskward.store.port import Params, Row
-from taskward.store.queries import load_queries
-from taskward.store.sqlite.db import _row_factory, set_pragmas, translate_error
-
-
-def _statement(name: str, params: Params | None) -> tuple[str, dict[str, Any]]:
-    merged = dict(params or {})
-    if merged.get("now") is None:
-        merged["now"] = time.time()  # the local clock is SQLite's store clock (R9)
-    return load_queries("sqlite")[name], merged
+from taskward.store.sqlite.db import _row_factory, set_pragmas, statement, translate_error
 
 
 class SQLiteSyncDB:
@@ -85,14 +76,14 @@ class SQLiteSyncDB:
             raise translate_error(exc, self.path) from exc
 
     def fetchall(self, name: str, params: Params | None = None) -> list[Row]:
-        sql, merged = _statement(name, params)
+        sql, merged = statement(name, params, time.time)
         conn = self._connection()
         with self._translate():
             rows: list[Row] = conn.execute(sql, merged).fetchall()
         return rows
 
     def execute(self, name: str, params: Params | None = None) -> int:
-        sql, merged = _statement(name, params)
+        sql, merged = statement(name, params, time.time)
         conn = self._connection()
         with self._translate():
             return conn.execute(sql, merged).rowcount
