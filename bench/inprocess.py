@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,62 +65,102 @@ def loopback_bytes() -> int:
     return 0
 
 
-async def drain(url: str, count: int, concurrency: int) -> dict[str, Any]:
+NOOP_KIND = "taskward_bench_noop"  # taskward.benchtasks' no-op @taskward.task
+
+
+async def admit_noops(db: Any, registry: Any, count: int, prefix: str) -> None:
+    """``count`` queued no-op tasks, keys ``<prefix>-<i>``, admitted in bulk (untimed)."""
     import taskward
+
+    apps = [
+        taskward.TaskApplication(
+            action_kind=NOOP_KIND, args={}, execution_target="host", idempotency_key=f"{prefix}-{i}"
+        )
+        for i in range(count)
+    ]
+    for start in range(0, count, 1000):
+        await taskward.submit_tasks(db, apps[start : start + 1000], registry=registry)
+
+
+async def drain_noops(
+    db: Any,
+    registry: Any,
+    count: int,
+    concurrency: int,
+    *,
+    started: Callable[[Any], None] | None = None,
+    finished: Callable[[Any], None] | None = None,
+) -> tuple[float, float]:
+    """A ``WorkerRuntime`` over ``db`` (as ``taskward worker`` runs one, without the scheduler
+    or the outbox deliverer) until its host counted ``count`` completions; then stopped. Returns
+    the wall and CPU seconds from its start to the ``count``-th completion. ``started(runtime)``
+    is called just before it starts, ``finished(runtime)`` at the ``count``-th completion,
+    before it is stopped."""
     from taskward.cli.common import tune_gc
     from taskward.runtime import WorkerConfig, WorkerRuntime
 
     tune_gc()  # as the CLI's worker process does before its loop starts
+    config = WorkerConfig(
+        concurrency=concurrency,
+        exit_when_idle=True,
+        idle_wait_s=0.05,
+        run_scheduler=False,
+        deliver_outbox=False,
+    )
+    runtime = WorkerRuntime(db, registry, config)
+    done = asyncio.Event()
+
+    def on_event(kind: str, task: Any, data: dict[str, Any]) -> None:
+        if runtime.host.stats.completed >= count:
+            done.set()
+
+    runtime.host.on_event = on_event
+    if started is not None:
+        started(runtime)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    serve = asyncio.create_task(runtime.run())
+    await asyncio.wait_for(done.wait(), timeout=600)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    if finished is not None:
+        finished(runtime)
+    runtime.request_stop()
+    await serve
+    return wall, cpu
+
+
+async def drain(url: str, count: int, concurrency: int) -> dict[str, Any]:
+    import taskward
 
     registry = taskward.build_registry(taskward.AdapterConfig(imports=("taskward.benchtasks",)))
-    apps = [
-        taskward.TaskApplication(
-            action_kind="taskward_bench_noop",
-            args={},
-            execution_target="host",
-            idempotency_key=f"inproc-{i}",
-        )
-        for i in range(count)
-    ]
-    async with taskward.open_db(url) as db:
-        for start in range(0, count, 1000):
-            await taskward.submit_tasks(db, apps[start : start + 1000], registry=registry)
-        config = WorkerConfig(
-            concurrency=concurrency,
-            exit_when_idle=True,
-            idle_wait_s=0.05,
-            run_scheduler=False,
-            deliver_outbox=False,
-        )
-        runtime = WorkerRuntime(db, registry, config)
-        done = asyncio.Event()
+    before: dict[str, Any] = {}
+    after: dict[str, Any] = {}
 
-        def on_event(kind: str, task: Any, data: dict[str, Any]) -> None:
-            if runtime.host.stats.completed >= count:
-                done.set()
-
-        runtime.host.on_event = on_event
+    def counters(runtime: Any) -> dict[str, Any]:
         group = runtime.summaries.group
-        batches0, units0 = group.batches, group.units
-        lo0 = loopback_bytes()
-        server0, cpu0, wall0 = server_cpu_s(), time.process_time(), time.perf_counter()
-        serve = asyncio.create_task(runtime.run())
-        await asyncio.wait_for(done.wait(), timeout=600)
-        wall, cpu, server = (
-            time.perf_counter() - wall0,
-            time.process_time() - cpu0,
-            server_cpu_s() - server0,
+        return {
+            "batches": group.batches,
+            "units": group.units,
+            "lo": loopback_bytes(),
+            "server": server_cpu_s(),
+        }
+
+    async with taskward.open_db(url) as db:
+        await admit_noops(db, registry, count, "inproc")
+        wall, cpu = await drain_noops(
+            db,
+            registry,
+            count,
+            concurrency,
+            started=lambda runtime: before.update(counters(runtime)),
+            finished=lambda runtime: after.update(counters(runtime)),
         )
-        batches, units = group.batches - batches0, group.units - units0
-        lo = loopback_bytes() - lo0
-        runtime.request_stop()
-        await serve
+    batches, units = after["batches"] - before["batches"], after["units"] - before["units"]
     return {
         "tasks_per_s": round(count / wall, 1),
         "worker_cpu_us": round(cpu / count * 1e6, 1),
-        "server_cpu_us": round(server / count * 1e6, 1),
+        "server_cpu_us": round((after["server"] - before["server"]) / count * 1e6, 1),
         "wall_s": round(wall, 3),
-        "loopback_bytes_per_task": round(lo / count),
+        "loopback_bytes_per_task": round((after["lo"] - before["lo"]) / count),
         "batches": batches,
         "units_per_batch": round(units / max(batches, 1), 1),
     }

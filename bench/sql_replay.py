@@ -42,6 +42,7 @@ from typing import Any
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # bench._common, after PYTHONPATH
 
 from bench._common import Stores, audit_store, machine_description, progress
+from bench.inprocess import admit_noops, drain_noops
 
 # (method, sql, parameters): method "execute" (parameters a mapping or a sequence) or
 # "executemany" (a list of parameter sequences).
@@ -87,57 +88,33 @@ async def admit(url: str, count: int) -> None:
     import taskward
 
     registry = taskward.build_registry(taskward.AdapterConfig(imports=("taskward.benchtasks",)))
-    apps = [
-        taskward.TaskApplication(
-            action_kind="taskward_bench_noop",
-            args={},
-            execution_target="host",
-            idempotency_key=f"replay-{i}",
-        )
-        for i in range(count)
-    ]
     async with taskward.open_db(url) as db:
-        for start in range(0, count, 1000):
-            await taskward.submit_tasks(db, apps[start : start + 1000], registry=registry)
+        await admit_noops(db, registry, count, "replay")
 
 
 async def drain(url: str, count: int, concurrency: int, calls: list[Call]) -> dict[str, float]:
-    """The in-process drain of ``bench/inprocess.py``, its store on a recording connection."""
+    """``bench/inprocess.py``'s drain, its store on a recording connection: ``calls`` ends
+    holding the statements run from the worker's start to the ``count``-th completion."""
     import taskward
-    from taskward.cli.common import tune_gc
-    from taskward.runtime import WorkerConfig, WorkerRuntime
 
-    tune_gc()
     registry = taskward.build_registry(taskward.AdapterConfig(imports=("taskward.benchtasks",)))
+    marker: list[int] = []
     with recording(calls):
         db = await taskward.open_db(url)
     try:
-        config = WorkerConfig(
-            concurrency=concurrency,
-            exit_when_idle=True,
-            idle_wait_s=0.05,
-            run_scheduler=False,
-            deliver_outbox=False,
+        wall, cpu = await drain_noops(
+            db,
+            registry,
+            count,
+            concurrency,
+            # The open's own statements (pragmas, the migration check) are not the drain's ...
+            started=lambda runtime: calls.clear(),
+            # ... nor are the shutdown's (the heartbeat's removal).
+            finished=lambda runtime: marker.append(len(calls)),
         )
-        runtime = WorkerRuntime(db, registry, config)
-        done = asyncio.Event()
-
-        def on_event(kind: str, task: Any, data: dict[str, Any]) -> None:
-            if runtime.host.stats.completed >= count:
-                done.set()
-
-        runtime.host.on_event = on_event
-        del calls[:]  # the open's own statements (pragmas, the migration check) are not the drain's
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        serve = asyncio.create_task(runtime.run())
-        await asyncio.wait_for(done.wait(), timeout=600)
-        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-        marker = len(calls)
-        runtime.request_stop()
-        await serve
-        del calls[marker:]  # the shutdown's statements (heartbeat removal) are not the drain's
     finally:
         await db.close()
+    del calls[marker[0] :]
     return {"tasks_per_s": count / wall, "cpu_us": cpu / count * 1e6}
 
 
