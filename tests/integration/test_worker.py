@@ -700,6 +700,87 @@ async def test_expiry_is_strict_and_moves_through_retry_wait_with_backoff(db: St
     assert row["status_reason_code"] == "retry_ready"
 
 
+async def test_a_tick_promotes_due_retries_oldest_first_and_cancels_a_requested_one_early(
+    db: StateDB,
+) -> None:
+    """run_due_retries' two ranges (0009): rows due by retry_at, oldest first and at most
+    ``limit`` a tick, and a row holding a cancellation request whatever its retry_at; rows not
+    yet due stay where they are."""
+    ids = [await submit(db, now=T0 + i) for i in range(4)]
+    leases = sorted(await claim_runs(db, spec(), now=T0 + 4), key=lambda lease: lease.task_id)
+    assert [lease.task_id for lease in leases] == sorted(ids)
+    leases = [next(lease for lease in leases if lease.task_id == t) for t in ids]
+    # A cancellation request recorded while the last one runs, then a retryable failure.
+    await taskward.request_task_cancel(
+        db, ids[3], actor=Actor(type="operator", id="t"), idempotency_key="c", now=T0 + 5
+    )
+    for i, lease in enumerate(leases):  # retry_at = T0 + 10 + i + 10 (backoff of attempt 1)
+        await settle_lease(
+            db,
+            lease,
+            TaskExecutionResult(status="failed", retryable=True, error_detail="flaky"),
+            actor=spec().actor,
+            max_attempts=3,
+            policy=NO_JITTER,
+            now=T0 + 10 + i,
+        )
+    assert [await status(db, t) for t in ids] == ["retry_wait"] * 4
+    # Nothing is due yet: only the row with the request leaves retry_wait, as cancelled.
+    counts = await promote_due_retries(db, now=T0 + 15)
+    assert counts == {"queued": 0, "cancelled": 1}
+    assert [await status(db, t) for t in ids] == ["retry_wait"] * 3 + ["cancelled"]
+    # Three due, one a tick: the oldest retry_at first.
+    assert await promote_due_retries(db, now=T0 + 25, limit=1) == {"queued": 1, "cancelled": 0}
+    assert [await status(db, t) for t in ids[:3]] == ["queued", "retry_wait", "retry_wait"]
+    assert await promote_due_retries(db, now=T0 + 25) == {"queued": 2, "cancelled": 0}
+    assert [await status(db, t) for t in ids] == ["queued"] * 3 + ["cancelled"]
+
+
+async def test_due_retries_are_read_by_range_not_by_scanning_the_backlog(
+    db: StateDB, db_url: str
+) -> None:
+    """A tick reads what is due through the partial indexes of 0009, whatever the size of
+    the retry_wait backlog (it read and sorted every retry_wait row: 55 ms a tick on SQLite
+    with 100,000 of them)."""
+    from taskward.store.queries import load_queries
+
+    sql = load_queries(db.dialect if db.dialect == "sqlite" else "postgres")["run_due_retries"]
+    params = {"now": T0, "limit": 100}
+    if db.dialect == "sqlite":
+        import sqlite3
+
+        path = db_url.split("?", 1)[0][len("sqlite:///") :]
+        with sqlite3.connect(path) as conn:
+            steps = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+        plan = " | ".join(steps)
+        assert "SEARCH schedule_runs USING INDEX idx_schedule_runs_retry (retry_at<?)" in steps
+        # The only table read without a range is the index of the rows holding a request.
+        reads = [step for step in steps if "schedule_runs" in step]
+        assert reads == [
+            "SEARCH schedule_runs USING INDEX idx_schedule_runs_retry (retry_at<?)",
+            "SCAN schedule_runs USING INDEX idx_schedule_runs_retry_cancel",
+        ], plan
+        return
+    import psycopg
+
+    positional = sql.replace(":now", "%(now)s").replace(":limit", "%(limit)s")
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        # A backlog the planner knows about: 2,000 rows waiting an hour for their retry.
+        await conn.execute(
+            "INSERT INTO schedule_runs (id, trigger_context, action_kind, action_args, status, "
+            "fired_at, created_at, queued_at, retry_at, lease_attempts) "
+            "SELECT 'backlog-' || n, '{}', 'noop', '{}', 'retry_wait', %(t)s, %(t)s, %(t)s, "
+            "%(t)s + 3600, 1 FROM generate_series(1, 2000) AS n",
+            {"t": T0},
+        )
+        await conn.execute("ANALYZE schedule_runs")
+        cursor = await conn.execute("EXPLAIN " + positional, params)
+        plan = " | ".join(r[0] for r in await cursor.fetchall())
+    assert "idx_schedule_runs_retry on schedule_runs" in plan, plan
+    assert "idx_schedule_runs_retry_cancel" in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
 async def test_backoff_grows_exponentially_with_bounded_jitter() -> None:
     assert [NO_JITTER.delay(a) for a in (1, 2, 3, 4, 5)] == [10, 20, 40, 80, 100]
     jittery = RetryPolicy(base_s=10, jitter=0.2)

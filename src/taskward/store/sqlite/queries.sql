@@ -168,9 +168,23 @@ ORDER BY lease_expires_at
 LIMIT :limit;
 
 -- name: run_due_retries
--- retry_wait rows due now (retry_at <= :now, R6) or holding a cancellation request.
-SELECT id, retry_at, lease_attempts, cancel_requested_at FROM schedule_runs
-WHERE status = 'retry_wait' AND (retry_at <= :now OR cancel_requested_at IS NOT NULL)
+-- retry_wait rows due now (retry_at <= :now, R6) or holding a cancellation request, at most
+-- :limit, by retry_at. Two ranges on partial indexes (0009), each bounded by :limit, so a tick
+-- costs what is due, not the whole retry_wait backlog; UNION drops a row found by both.
+-- INDEXED BY: SQLite has no statistics to choose these partial indexes by (see 0009).
+SELECT id, retry_at, lease_attempts, cancel_requested_at FROM (
+  SELECT * FROM (
+    SELECT id, retry_at, lease_attempts, cancel_requested_at FROM schedule_runs INDEXED BY idx_schedule_runs_retry
+    WHERE status = 'retry_wait' AND retry_at <= :now
+    ORDER BY retry_at LIMIT :limit
+  ) AS due_now
+  UNION
+  SELECT * FROM (
+    SELECT id, retry_at, lease_attempts, cancel_requested_at FROM schedule_runs INDEXED BY idx_schedule_runs_retry_cancel
+    WHERE status = 'retry_wait' AND cancel_requested_at IS NOT NULL
+    ORDER BY retry_at LIMIT :limit
+  ) AS cancel_requested
+) AS due
 ORDER BY retry_at
 LIMIT :limit;
 
