@@ -707,9 +707,9 @@ async def test_a_tick_promotes_due_retries_oldest_first_and_cancels_a_requested_
     ``limit`` a tick, and a row holding a cancellation request whatever its retry_at; rows not
     yet due stay where they are."""
     ids = [await submit(db, now=T0 + i) for i in range(4)]
-    leases = sorted(await claim_runs(db, spec(), now=T0 + 4), key=lambda lease: lease.task_id)
-    assert [lease.task_id for lease in leases] == sorted(ids)
-    leases = [next(lease for lease in leases if lease.task_id == t) for t in ids]
+    by_task = {lease.task_id: lease for lease in await claim_runs(db, spec(), now=T0 + 4)}
+    assert set(by_task) == set(ids)
+    leases = [by_task[t] for t in ids]
     # A cancellation request recorded while the last one runs, then a retryable failure.
     await taskward.request_task_cancel(
         db, ids[3], actor=Actor(type="operator", id="t"), idempotency_key="c", now=T0 + 5
