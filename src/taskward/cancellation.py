@@ -10,6 +10,7 @@ Requests are idempotent by key: the same key returns the original answer.
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from taskward.canonical import dumps
@@ -36,11 +37,18 @@ async def _replayed(tx: Tx, task_id: str, key: str) -> CancelResult | None:
         return CancelResult(task_id=task_id, state="cancelled", current_status=fact["status"])
     event = await tx.fetchone("event_get_cancel_request", {"task_id": task_id, "key": key})
     if event is not None:
-        row = await tx.fetchone("run_status", {"id": task_id})
+        # ADR-0072 D5: "Repeated request with the same key: returns the original cancel result"
+        # -- the status the task had when the request was recorded, stored in the event's
+        # payload, not the task's status now. A request is recorded only on a running task, so
+        # an event written before the payload carried it answers ``running``.
+        payload = event["payload"]
+        recorded = (json.loads(payload) if isinstance(payload, str) else payload or {}).get(
+            "current_status"
+        )
         return CancelResult(
             task_id=task_id,
             state="cancellation_requested",
-            current_status=row["status"] if row else Status.RUNNING,
+            current_status=recorded if isinstance(recorded, str) else Status.RUNNING,
         )
     return None
 
@@ -118,6 +126,7 @@ async def request_task_cancel(
                                 "idempotency_key": idempotency_key,
                                 "actor": actor.label(),
                                 "reason": reason,
+                                "current_status": status,
                             }
                         ),
                     },

@@ -72,6 +72,24 @@ async def test_running_request_replays_by_key(db: StateDB) -> None:
     assert kinds.count("cancel_requested") == 1
 
 
+@pytest.mark.parametrize("later", ["completed", "cancelled"])
+async def test_replayed_request_returns_the_original_result_after_the_task_moved(
+    db: StateDB, later: str
+) -> None:
+    # ADR-0072 D5: the same key returns the original cancel result exactly: the status the task
+    # had when the request was recorded, not the one it has now.
+    task_id = await submit(db)
+    await move(db, task_id, "queued", "running")
+    first = await request_task_cancel(db, task_id, actor=OPERATOR, idempotency_key="c1")
+    assert (first.state, first.current_status) == ("cancellation_requested", "running")
+    await move(db, task_id, "running", later)
+    again = await request_task_cancel(db, task_id, actor=OPERATOR, idempotency_key="c1")
+    assert again == first
+    # a new key answers from the task's state now
+    fresh = await request_task_cancel(db, task_id, actor=OPERATOR, idempotency_key="c2")
+    assert (fresh.state, fresh.current_status) == ("already_terminal", later)
+
+
 @pytest.mark.parametrize("terminal", ["completed", "failed", "timed_out", "cancelled"])
 async def test_terminal_tasks_answer_already_terminal_without_writing(
     db: StateDB, terminal: str

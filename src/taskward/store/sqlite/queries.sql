@@ -102,7 +102,8 @@ SET cancel_requested_at = COALESCE(cancel_requested_at, :now),
 WHERE id = :id AND status = 'running';
 
 -- name: event_get_cancel_request
-SELECT id FROM task_events
+-- The recorded answer of a cooperative cancel request, returned exactly on replay (ADR-0072 D5).
+SELECT id, payload FROM task_events
 WHERE task_id = :task_id AND kind = 'cancel_requested'
   AND json_extract(payload, '$.idempotency_key') = :key;
 
