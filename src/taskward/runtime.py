@@ -140,6 +140,8 @@ class WorkerRuntime:
             on_event=on_event,
         )
         self._signals = 0
+        self._draining = False
+        self._cancelling = False
         self._serve: asyncio.Task[None] | None = None
 
     @property
@@ -223,15 +225,35 @@ class WorkerRuntime:
             await find_candidates(self.db, self.spec, limit=1, max_attempts=max_attempts)
         )
 
+    def drain(self, reason: str = "signal") -> None:
+        """Stop claiming; active tasks run to their end and are acknowledged. Idempotent and
+        never cancels: ``taskward up`` calls it when either of its halves ends, on top of the
+        first signal, and only a second *signal* may cancel (``request_stop``)."""
+        if not self._draining:
+            self._draining = True
+            log.info("draining %d active task(s)", self.host.active_count)
+        self.host.stop_claiming(reason)
+
+    def cancel_active(self) -> None:
+        """Cancel the active tasks cooperatively: each reports a retryable failure (R10,
+        ``host_shutdown``) and goes back to the queue. Idempotent."""
+        if not self._cancelling:
+            self._cancelling = True
+            log.info("cancelling %d active task(s)", self.host.active_count)
+        self.host.stop_claiming("signal")
+        if self._serve is not None:
+            self._serve.cancel()
+
     def request_stop(self) -> None:
-        """First call drains; a second cancels active tasks cooperatively."""
+        """A stop signal: the first drains (``drain``), a second cancels (``cancel_active``).
+
+        Invariant: only signals are counted here; every other stop (the HTTP half of ``up``
+        ending, memory pressure, --burst) drains through ``drain`` and never escalates."""
         self._signals += 1
         if self._signals == 1:
-            log.info("stop requested: draining %d active task(s)", self.host.active_count)
-            self.host.stop_claiming("signal")
-        elif self._serve is not None:
-            log.info("second stop request: cancelling active tasks")
-            self._serve.cancel()
+            self.drain("signal")
+        else:
+            self.cancel_active()
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -279,10 +301,12 @@ class WorkerRuntime:
         if self.config.exit_when_idle:
             background.append(asyncio.create_task(self._burst_watch()))
         self._serve = asyncio.create_task(self.host.serve())
+        if self._cancelling:  # cancelled before the host started serving
+            self._serve.cancel()
         try:
             await self._serve
         except asyncio.CancelledError:
-            if self._signals < 2:
+            if not self._cancelling:  # cancelled from outside, not by cancel_active
                 raise
         finally:
             for task in background:

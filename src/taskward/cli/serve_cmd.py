@@ -2,8 +2,11 @@
 runtime, its reaper, scheduler and outbox deliverer, in one process).
 
 uvicorn runs programmatically in the same event loop as the WorkerRuntime. Signals are ours, not
-uvicorn's: the first SIGTERM/SIGINT stops the server and drains the worker (running tasks
-finish), a second one cancels running tasks cooperatively (they go back to the queue).
+uvicorn's: the first SIGTERM/SIGINT stops the server (no new connection is accepted; requests in
+flight are answered) and drains the worker (running tasks finish and are acknowledged), and the
+process exits 0 once both are done; only a second signal cancels running tasks cooperatively
+(they go back to the queue, ``host_shutdown``). The server half ending never escalates the
+worker's drain into a cancel (``WorkerRuntime.drain`` is idempotent).
 """
 
 from __future__ import annotations
@@ -114,7 +117,13 @@ def _announce(
         lines.append(
             f"  adapters:    ALLOW ALL: {' and '.join(unfenced)} run anything a submitter names"
         )
-    lines.append("  stop:        Ctrl-C (or SIGTERM) drains and exits")
+    if runtime is not None:
+        lines.append(
+            "  stop:        Ctrl-C (or SIGTERM) stops the server and lets running tasks finish;"
+            " a second one cancels them (they go back to the queue)"
+        )
+    else:
+        lines.append("  stop:        Ctrl-C (or SIGTERM) stops the server")
     for line in lines:
         click.echo(line)
 
@@ -179,6 +188,9 @@ async def _serve(
     signals = 0
 
     def on_signal() -> None:
+        # The first signal drains, only a second cancels (docs/http.md, like `taskward worker`):
+        # the runtime is told ``drain`` or ``cancel_active`` by this count, never by how many
+        # times something asked it to stop.
         nonlocal signals
         signals += 1
         if signals == 1:
@@ -186,10 +198,13 @@ async def _serve(
                 f"taskward {command}: stopping (a second signal cancels running tasks)", err=True
             )
             server.should_exit = True
+            if runtime is not None:
+                runtime.drain("signal")
         else:
+            click.echo(f"taskward {command}: cancelling running tasks", err=True)
             server.force_exit = True
-        if runtime is not None:
-            runtime.request_stop()
+            if runtime is not None:
+                runtime.cancel_active()
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -215,10 +230,12 @@ async def _serve(
             sys.stdout.flush()
         pending = {t for t in (serving, working) if t is not None}
         _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        # One half ended (a signal, a failure, a memory-pressure drain): stop the other.
+        # One half ended (a signal, a failure, a memory-pressure drain): stop the other. The
+        # worker drains (idempotent: after a first signal it is draining already), it is
+        # never cancelled here.
         server.should_exit = True
         if runtime is not None and working in pending:
-            runtime.request_stop()
+            runtime.drain("server stopped")
         if pending:
             await asyncio.wait(pending)
         serving.result()  # re-raise a server failure
