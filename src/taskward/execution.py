@@ -84,7 +84,10 @@ def outcome_for(
         "error_detail": _detail(result.error_detail),
         "invocation_id": result.invocation_id,
     }
-    retryable = result.retryable or result.status == "timed_out"
+    # ADR-0072 D4: the adapter's result becomes one terminal transition. R5 makes the owner's
+    # *watchdog* deadline retryable (the watchdog's result says ``retryable=True``); an
+    # adapter's own ``timed_out`` is terminal unless the adapter marks it ``retryable=True``.
+    retryable = result.retryable
     if result.status == "completed":
         return Outcome("completed", "completed", "adapter completed", terminal_patch)
     if result.status == "cancelled":
@@ -126,8 +129,10 @@ def outcome_for(
             terminal_patch,
             {"attempt_ceiling": max_attempts, "cause": code},
         )
-    if result.status == "timed_out":  # pragma: no cover - timed_out is always retryable
-        return Outcome("timed_out", "deadline_exceeded", "timed out", terminal_patch)
+    if result.status == "timed_out":
+        return Outcome(
+            "timed_out", "deadline_exceeded", result.error_detail or "timed out", terminal_patch
+        )
     return Outcome(
         "failed", "execution_failed", result.error_detail or "adapter failed", terminal_patch
     )

@@ -922,3 +922,83 @@ async def test_a_session_key_that_is_not_a_run_id_is_kept_without_task_columns(
     row = await store.get("free-form")
     assert row is not None and (row["task_id"], row["attempt"]) == (None, None)
     assert await store.get("never-written") is None
+
+
+# -- adapter results: their own deadline, and a stale owner's late result -------------------
+
+PYTHONS = build_registry(
+    AdapterConfig(
+        command_allowlist=frozenset({"true"}),
+        python_modules=frozenset({"tests.fixtures.sample_tasks"}),
+    )
+)
+
+
+@pytest.mark.parametrize(
+    ("retryable", "status_after", "reason"),
+    [(False, "timed_out", "deadline_exceeded"), (True, "retry_wait", "deadline_exceeded")],
+)
+async def test_an_adapters_own_timed_out_is_terminal_unless_it_says_retryable(
+    db: StateDB, retryable: bool, status_after: str, reason: str
+) -> None:
+    # ADR-0072 D4: the adapter's result becomes the one terminal transition; only the
+    # watchdog's deadline is retryable by rule (R5, the test above).
+    task_id = await submit(
+        db,
+        {
+            "function": "tests.fixtures.sample_tasks:report",
+            "kwargs": {"status": "timed_out", "retryable": retryable},
+        },
+        kind="python",
+        registry=PYTHONS,
+    )
+    src = source(db, registry=PYTHONS)
+    async with serving(host(src, db, AdapterRunner(PYTHONS, src))) as serve:
+        await wait_until(is_status(db, task_id, status_after), status_after, serving=serve)
+    row = await taskward.get_task(db, task_id)
+    assert (row["lease_attempts"], row["status_reason_code"]) == (1, reason)
+    assert row["exit_code"] == 7 and "reported" in (row["error_detail"] or "")
+
+
+async def test_a_stale_owners_late_result_is_kept_as_a_stale_result_event(db: StateDB) -> None:
+    # ADR-0072 D4: "If the terminal guard loses, the adapter result is retained only as
+    # diagnostic evidence" -- on the path ``taskward worker`` takes (host + AdapterRunner).
+    task_id = await submit(db, {"argv": ["true"]})
+    old_src = source(db, "host:aaaaaaaa")
+    gate, started = asyncio.Event(), asyncio.Event()
+    runner = AdapterRunner(REGISTRY, old_src)
+
+    async def held(task: Task, session: Any) -> dict[str, Any]:
+        started.set()
+        await gate.wait()
+        return await runner(task, session)
+
+    async with serving(host(old_src, db, held, max_concurrent_tasks=1)) as serve:
+
+        async def running() -> bool:
+            return started.is_set()
+
+        await wait_until(running, "the old owner to start", serving=serve)
+        # The old owner looks dead: its lease lapses, the reaper requeues, another worker wins.
+        past = (await taskward.get_task(db, task_id))["lease_expires_at"] + 0.001
+        await reap_expired_leases(db, now=past, retry_policy=IMMEDIATE)
+        await promote_due_retries(db, now=past)
+        new = await claim(source(db, "host:bbbbbbbb"))
+        gate.set()
+
+        async def kept() -> bool:
+            events = await taskward.list_task_events(db, task_id)
+            return any(e["kind"] == "stale_result" for e in events)
+
+        await wait_until(kept, "the stale result event", serving=serve)
+    row = await taskward.get_task(db, task_id)
+    assert (row["status"], row["leased_by"]) == ("running", "host:bbbbbbbb")  # untouched
+    [event] = [
+        e for e in await taskward.list_task_events(db, task_id) if e["kind"] == "stale_result"
+    ]
+    assert event["payload"]["lease_id"] == "host:aaaaaaaa/1"
+    assert event["payload"]["status"] == "completed" and event["payload"]["exit_code"] == 0
+    assert any(ref.get("kind") == "process" for ref in event["payload"]["evidence_refs"])
+    assert event["status"] == "running" and new.lease_id == "host:bbbbbbbb/2"
+    # a fact per change only: the late result wrote none
+    assert await statuses(db, task_id) == ["running", "retry_wait", "queued", "running"]

@@ -69,7 +69,7 @@ T0 = time.time() + 86_400.0  # the model's clock starts a day ahead of the store
 POLICY = RetryPolicy(base_s=0.0, jitter=0.0)
 OPERATOR = Actor(type="operator", id="model")
 REOPEN_EVERY = 8  # steps between restarts at most: a cheap rule would otherwise crowd out the rest
-RESULTS = ("completed", "failed", "retryable", "timed_out", "cancelled")
+RESULTS = ("completed", "failed", "retryable", "timed_out", "own_timeout", "cancelled")
 PROFILE = os.environ.get("TASKWARD_MODEL_PROFILE", "taskward-model")
 
 TERMINAL = {"completed", "failed", "timed_out", "cancelled", "skipped"}
@@ -92,8 +92,10 @@ def execution_result(kind: str) -> TaskExecutionResult:
         return TaskExecutionResult(status="failed", exit_code=1, error_detail="boom")
     if kind == "retryable":
         return TaskExecutionResult(status="failed", retryable=True, error_detail="transient")
-    if kind == "timed_out":
-        return TaskExecutionResult(status="timed_out", error_detail="deadline")
+    if kind == "timed_out":  # the watchdog's deadline: retryable (R5)
+        return TaskExecutionResult(status="timed_out", retryable=True, error_detail="deadline")
+    if kind == "own_timeout":  # an adapter's own timed_out: terminal (ADR-0072 D4)
+        return TaskExecutionResult(status="timed_out", error_detail="adapter timed out")
     return TaskExecutionResult(status="cancelled", error_detail="stopped")
 
 
@@ -258,6 +260,8 @@ class QueueMachine(RuleBasedStateMachine):
             self.finish(task, "cancelled" if task.cancel_requested else "failed")
         elif kind == "failed":
             self.finish(task, "failed")
+        elif kind == "own_timeout":
+            self.finish(task, "timed_out")
         elif lease.attempt < CEILING:
             self.to_retry_wait(task, lease.attempt)
         else:

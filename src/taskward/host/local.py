@@ -40,6 +40,7 @@ from taskward.execution import (
     finish_build,
     finish_run,
     outcome_for,
+    record_stale_result,
 )
 from taskward.groupcommit import GroupCommit
 from taskward.host.engine_host import TaskRunFailure
@@ -269,6 +270,8 @@ class LocalTaskSource:
         except TransitionIdempotencyConflict:
             self._forget(task_id, lease_id)
             return _STALE
+        if not transition.applied:
+            await _keep_stale(self.db, lease, transition, execution, completed, failure)
         return self._settle(task_id, lease_id, digest, transition, resolved)
 
     @staticmethod
@@ -364,7 +367,7 @@ class LocalTaskSource:
             or (task_id, lease_id) in self._acks
         ):
             finished = await two_steps()
-            return self._finished(finished, task_id, lease_id, digest, [])
+            return await self._finished(finished, task_id, lease_id, digest, [])
         outcome, resolved = self._recorded(
             lambda now: self._outcome(
                 claim.row, claim.lease, payload, claim.result, result, None, max_attempts=0, now=now
@@ -384,9 +387,11 @@ class LocalTaskSource:
         finished = await self._group.run_many(
             "host_finish", item, self._finish_together, fallback=two_steps
         )
-        return self._finished(finished, task_id, lease_id, digest, resolved)
+        if finished.transition is not None and not finished.transition.applied:
+            await _keep_stale(self.db, claim.lease, finished.transition, claim.result, result, None)
+        return await self._finished(finished, task_id, lease_id, digest, resolved)
 
-    def _finished(
+    async def _finished(
         self,
         finished: _Finished,
         task_id: str,
@@ -572,9 +577,13 @@ class LocalTaskSource:
             }:
                 return Outcome("retry_wait", failure.code, outcome.summary, outcome.patch)
             return outcome
-        if failure.code == "cancelled":
+        if failure.code in {"cancelled", "deadline"}:
+            # A non-retryable deadline (an adapter's own timed_out) is a terminal timed_out.
             result = TaskExecutionResult(
-                status="cancelled", exit_code=exit_code, error_detail=detail
+                status="cancelled" if failure.code == "cancelled" else "timed_out",
+                exit_code=exit_code,
+                error_detail=detail,
+                invocation_id=execution.invocation_id if execution else None,
             )
             return outcome_for(
                 result,
@@ -628,6 +637,31 @@ async def _all_summaries_written(tx: Tx, params: list[dict[str, Any]]) -> bool:
 _APPLIED: Final = TaskAck(applied=True)
 _APPLIED_AT_CEILING: Final = TaskAck(applied=True, rejection="attempt_ceiling")
 _STALE: Final = TaskAck(applied=False, rejection="stale_lease")
+
+
+async def _keep_stale(
+    db: StateDB,
+    lease: Lease,
+    transition: TransitionResult,
+    execution: TaskExecutionResult | None,
+    completed: TaskResult | None,
+    failure: TaskFailure | None,
+) -> None:
+    """ADR-0072 D4: "If the terminal guard loses, the adapter result is retained only as
+    diagnostic evidence" -- a ``stale_result`` event (never a fact, never a status). The
+    adapter's own result where this worker ran it, else what the host acknowledged."""
+    if execution is None:
+        execution = (
+            TaskExecutionResult(status="completed", exit_code=0)
+            if completed is not None
+            else TaskExecutionResult(
+                status="timed_out"
+                if failure is not None and failure.code == "deadline"
+                else "failed",
+                error_detail=f"{failure.code}: {failure.detail}" if failure else None,
+            )
+        )
+    await record_stale_result(db, lease, execution, transition.current_state)
 
 
 @lru_cache(maxsize=64)
@@ -829,7 +863,11 @@ class AdapterRunner:
         if result.status == "cancelled":
             raise TaskRunFailure("cancelled", result.error_detail or "cancelled", retryable=False)
         if result.status == "timed_out":
-            raise TaskRunFailure("deadline", result.error_detail or "timed out", retryable=True)
+            # The adapter's own deadline: retryable only when the adapter says so (ADR-0072 D4;
+            # the host's watchdog, which fires first, reports its own retryable ``deadline``).
+            raise TaskRunFailure(
+                "deadline", result.error_detail or "timed out", retryable=result.retryable
+            )
         raise TaskRunFailure(
             "flow_failed", result.error_detail or "failed", retryable=result.retryable
         )
