@@ -38,6 +38,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from taskward.adapters.process import (
+    ENV_CHILD_ENV_PASSTHROUGH,
+    child_environment,
+    parse_env_passthrough,
+    validate_env_passthrough,
+)
 from taskward.canonical import canonical_json, dumps
 from taskward.errors import NotificationNotFound, NotificationNotRetryable, TaskValidationError
 from taskward.ids import new_id
@@ -214,12 +220,14 @@ class CommandTarget:
     """A local program: ``argv`` run directly (never through a shell) in its own process
     group, the envelope on stdin. Exit code 0 acknowledges; anything else, a program that
     cannot start or one still running at ``timeout_s`` (its group is killed) is a failed
-    attempt. The environment adds ``TASKWARD_NOTIFICATION_ID``, ``_KIND``, ``_DEDUP_KEY`` and
-    ``_ATTEMPT``."""
+    attempt. Its environment is the minimal one of ``process.child_environment`` (plus
+    ``env_passthrough``), never the worker's, with ``TASKWARD_NOTIFICATION_ID``, ``_KIND``,
+    ``_DEDUP_KEY`` and ``_ATTEMPT`` added."""
 
     argv: tuple[str, ...]
     timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S
     name: str = "command"
+    env_passthrough: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         argv = self.argv
@@ -236,15 +244,17 @@ class CommandTarget:
         object.__setattr__(
             self, "timeout_s", _validate_timeout("command timeout_s", self.timeout_s)
         )
+        object.__setattr__(self, "env_passthrough", validate_env_passthrough(self.env_passthrough))
 
     async def deliver(self, payload: bytes, row: Mapping[str, Any]) -> None:
-        env = {
-            **os.environ,
+        # Not the worker's environment: its tokens and secrets stay out of a local program.
+        notification = {
             "TASKWARD_NOTIFICATION_ID": str(row["id"]),
             "TASKWARD_NOTIFICATION_KIND": str(row["kind"]),
             "TASKWARD_NOTIFICATION_DEDUP_KEY": str(row["dedup_key"]),
             "TASKWARD_NOTIFICATION_ATTEMPT": str(row["attempts"]),
         }
+        env = child_environment(notification, self.env_passthrough)
         # stderr goes to a file, not a pipe: a straggler holding a pipe open must not keep
         # Process.wait() from returning.
         with tempfile.TemporaryFile() as err:
@@ -333,7 +343,8 @@ class OutboxConfig:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OutboxConfig:
         """Targets from ``TASKWARD_WEBHOOK_URL`` (+ ``_SECRET``, required, and ``_TIMEOUT_S``)
-        and ``TASKWARD_NOTIFY_COMMAND`` (a JSON argv list, + ``_TIMEOUT_S``)."""
+        and ``TASKWARD_NOTIFY_COMMAND`` (a JSON argv list, + ``_TIMEOUT_S``; its environment
+        passes ``TASKWARD_CHILD_ENV_PASSTHROUGH`` through, as a task's does)."""
         env = os.environ if environ is None else environ
         targets: list[DeliveryTarget] = []
         url = env.get(ENV_WEBHOOK_URL, "").strip()
@@ -365,6 +376,7 @@ class OutboxConfig:
                         ENV_COMMAND_TIMEOUT,
                         env.get(ENV_COMMAND_TIMEOUT, DEFAULT_COMMAND_TIMEOUT_S),
                     ),
+                    env_passthrough=parse_env_passthrough(env.get(ENV_CHILD_ENV_PASSTHROUGH)),
                 )
             )
         return cls(targets=tuple(targets))

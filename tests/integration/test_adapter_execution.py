@@ -159,13 +159,14 @@ async def test_argv_is_never_interpreted_by_a_shell(
     assert not marker.exists()
 
 
-async def test_env_is_merged_over_the_worker_env(
+async def test_env_is_laid_over_the_minimal_child_env_not_the_workers(
     commands: TaskAdapterRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The worker's own variables stay out (tests/integration/test_child_env.py has the rest).
     monkeypatch.setenv("TASKWARD_TEST_WORKER_VAR", "from-worker")
     monkeypatch.setenv("TASKWARD_TEST_SHADOWED", "worker-value")
     code = (
-        "import os; print(os.environ['TASKWARD_TEST_WORKER_VAR'],"
+        "import os; print(os.environ.get('TASKWARD_TEST_WORKER_VAR'),"
         " os.environ['TASKWARD_TEST_SHADOWED'], os.environ['TASKWARD_TEST_TASK_VAR'])"
     )
     args = {
@@ -173,7 +174,7 @@ async def test_env_is_merged_over_the_worker_env(
         "env": {"TASKWARD_TEST_TASK_VAR": "from-task", "TASKWARD_TEST_SHADOWED": "task-value"},
     }
     result = await run(commands, "command", args)
-    assert process_evidence(result)["output_tail"] == "from-worker task-value from-task\n"
+    assert process_evidence(result)["output_tail"] == "None task-value from-task\n"
 
 
 async def test_cwd_is_where_the_command_runs(commands: TaskAdapterRegistry, tmp_path: Path) -> None:

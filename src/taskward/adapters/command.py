@@ -6,6 +6,11 @@ allowlist entry matches ``argv[0]`` exactly: a bare name matches only that bare 
 the worker's own PATH, which the task's ``env`` cannot redirect), a path only that path. While an
 allowlist is in force the task's ``env`` may not set dynamic-loader variables (``LD_*``).
 
+The child sees only the minimal environment of ``process.child_environment`` (PATH, HOME, the
+locale, ...), the names the deployment passes through (``TASKWARD_CHILD_ENV_PASSTHROUGH``) and
+the task's ``env``: never the worker's tokens or other settings, since its output is evidence
+that every reader sees.
+
 The allowlist fences which program starts, not what it does with its arguments: do not list
 programs that run other programs (``sh``, ``env``, ``python``) unless that is intended.
 """
@@ -21,6 +26,7 @@ from taskward.adapters.process import (
     run_process,
     task_args,
     validate_argv,
+    validate_env_passthrough,
     validate_memory_limit,
     validate_process_args,
 )
@@ -38,7 +44,11 @@ class CommandAdapter:
     action_kind = "command"
 
     def __init__(
-        self, *, allowlist: Iterable[str] | None = (), kill_grace_s: float = KILL_GRACE_S
+        self,
+        *,
+        allowlist: Iterable[str] | None = (),
+        kill_grace_s: float = KILL_GRACE_S,
+        env_passthrough: Iterable[str] = (),
     ) -> None:
         if isinstance(allowlist, str):
             raise TypeError("allowlist must be an iterable of executables, not one string")
@@ -54,6 +64,7 @@ class CommandAdapter:
                     )
         self.allowlist = None if allowlist is None else frozenset(allowlist)
         self.kill_grace_s = kill_grace_s
+        self.env_passthrough = validate_env_passthrough(env_passthrough)
 
     def is_allowed(self, executable: str) -> bool:
         return self.allowlist is None or executable in self.allowlist
@@ -94,4 +105,5 @@ class CommandAdapter:
             cancellation=cancellation,
             kill_grace_s=self.kill_grace_s,
             memory_limit_mb=validate_memory_limit(args),
+            env_passthrough=self.env_passthrough,
         )

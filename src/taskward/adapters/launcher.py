@@ -6,13 +6,15 @@ shell, and a bare launcher name is resolved on the worker's own PATH. Arguments 
 sorted key order (``_`` in a key becomes ``-``; ``true`` is a bare ``--key``; ``false`` and
 ``null`` are left out; a list repeats the flag per item), then ``args.argv`` (a list of strings)
 is appended as is. ``--key=value`` keeps a value that starts with ``-`` a value. ``cwd``, ``env``
-and ``timeout_s`` apply to the launcher process as they do for ``command``.
+and ``timeout_s`` apply to the launcher process as they do for ``command``; like a command,
+the launcher gets the minimal child environment (``process.child_environment``), not the
+worker's: a launcher that needs a setting gets it through ``TASKWARD_CHILD_ENV_PASSTHROUGH``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from taskward.adapters.process import (
@@ -20,6 +22,7 @@ from taskward.adapters.process import (
     run_process,
     task_args,
     validate_argv,
+    validate_env_passthrough,
     validate_process_args,
 )
 from taskward.errors import TaskValidationError
@@ -70,12 +73,14 @@ class LauncherAdapter:
         *,
         launcher: str = DEFAULT_LAUNCHER,
         kill_grace_s: float = KILL_GRACE_S,
+        env_passthrough: Iterable[str] = (),
     ) -> None:
         if not isinstance(launcher, str) or not launcher.strip() or "\0" in launcher:
             raise TaskValidationError("launcher", launcher, "an executable name or path")
         self.action_kind = action_kind
         self.launcher = launcher
         self.kill_grace_s = kill_grace_s
+        self.env_passthrough = validate_env_passthrough(env_passthrough)
 
     def argv(self, args: Mapping[str, Any]) -> list[str]:
         return launcher_argv(self.launcher, self.action_kind, args)
@@ -115,4 +120,5 @@ class LauncherAdapter:
             timeout_s=args.get("timeout_s"),
             cancellation=cancellation,
             kill_grace_s=self.kill_grace_s,
+            env_passthrough=self.env_passthrough,
         )

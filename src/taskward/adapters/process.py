@@ -9,6 +9,10 @@ On Linux the child is also SIGKILLed when the worker dies (``PR_SET_PDEATHSIG``)
 killed outright cannot end its group, and its task runs again elsewhere once the lease lapses,
 so the old child must not go on beside the new attempt.
 
+The child does not inherit the worker's environment (secrets such as ``TASKWARD_API_TOKENS``
+would reach its output, which every reader sees): it gets ``child_environment`` -- a few basics,
+what the deployment passes through by name, and the task's own ``env`` (see that function).
+
 A memory limit (``memory_limit_mb``) caps the child's address space with ``RLIMIT_AS``, which
 its descendants inherit. Going past it is a resource fault like a deadline (R5): a retryable
 failure, so a memory bomb is retried until the attempt ceiling ends it, while a plain non-zero
@@ -38,7 +42,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
@@ -60,6 +64,29 @@ _MEMORY_MARKERS: Final = re.compile(
     re.IGNORECASE,
 )
 MAX_MEMORY_LIMIT_MB: Final = 1 << 30  # 1 PiB: beyond any real address space
+
+# What a child process may see of the worker's environment (child_environment).
+ENV_CHILD_ENV_PASSTHROUGH: Final = "TASKWARD_CHILD_ENV_PASSTHROUGH"
+CHILD_ENV_BASICS: Final = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM"}
+)
+CHILD_ENV_BASIC_PREFIXES: Final = ("LC_",)
+# taskward's own settings: a pattern never matches them; only a name given in full passes one.
+_OWN_PREFIX: Final = "TASKWARD_"
+# Secrets that never reach a child, not even named in the passthrough (refused at start-up).
+NEVER_PASSED: Final = frozenset(
+    {
+        "TASKWARD_API_TOKENS",
+        "TASKWARD_API_TOKENS_FILE",
+        "TASKWARD_SESSION_SECRET",
+        "TASKWARD_WEBHOOK_SECRET",
+    }
+)
+_PASSTHROUGH_ENTRY: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
+_PASSTHROUGH_ALLOWED: Final = (
+    "comma-separated variable names, or a prefix ending in '*' (AWS_*); "
+    "not '*' alone, no TASKWARD_* pattern, never " + ", ".join(sorted(NEVER_PASSED))
+)
 
 
 def task_args(task: Mapping[str, Any]) -> dict[str, Any]:
@@ -143,6 +170,73 @@ def validate_memory_limit(args: Mapping[str, Any], *, prefix: str = "args") -> f
             f"{prefix}.memory_limit_mb", limit, f"a number of MiB > 0 and <= {MAX_MEMORY_LIMIT_MB}"
         )
     return float(limit)
+
+
+def validate_env_passthrough(
+    entries: Iterable[str], *, field: str = ENV_CHILD_ENV_PASSTHROUGH
+) -> tuple[str, ...]:
+    """Check the names and ``PREFIX*`` patterns a deployment passes through to children.
+
+    Raises:
+        TaskValidationError: an entry is no variable name or prefix pattern (``*`` alone would
+            pass everything), a pattern over taskward's own settings (``TASKWARD_*``: name them
+            one by one), or one of the secrets of NEVER_PASSED.
+    """
+    if isinstance(entries, str):
+        raise TypeError("entries must be an iterable of names, not one string")
+    checked = tuple(entries)
+    for entry in checked:
+        if (
+            not isinstance(entry, str)
+            or not _PASSTHROUGH_ENTRY.match(entry)
+            or entry in NEVER_PASSED
+            or (entry.endswith("*") and entry.startswith(_OWN_PREFIX))
+        ):
+            raise TaskValidationError(field, entry, _PASSTHROUGH_ALLOWED)
+    return checked
+
+
+def parse_env_passthrough(value: str | None) -> tuple[str, ...]:
+    """``TASKWARD_CHILD_ENV_PASSTHROUGH``'s text (comma- or semicolon-separated), checked."""
+    items = (p.strip() for p in (value or "").replace(";", ",").split(","))
+    return validate_env_passthrough(p for p in items if p)
+
+
+def _passes(name: str, passthrough: tuple[str, ...]) -> bool:
+    if name in NEVER_PASSED:
+        return False
+    if name in CHILD_ENV_BASICS or name.startswith(CHILD_ENV_BASIC_PREFIXES):
+        return not name.startswith(_OWN_PREFIX)
+    for entry in passthrough:
+        if entry.endswith("*"):
+            if name.startswith(entry[:-1]) and not name.startswith(_OWN_PREFIX):
+                return True
+        elif name == entry:
+            return True
+    return False
+
+
+def child_environment(
+    task_env: Mapping[str, str] | None = None,
+    passthrough: Iterable[str] = (),
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The whole environment of a child process (a task's, a workflow step's, a notify command).
+
+    From the worker's environment (``environ``, default ``os.environ``) only CHILD_ENV_BASICS,
+    ``LC_*`` and what ``passthrough`` names (exact names, or ``PREFIX*`` patterns) are copied;
+    then ``task_env`` is laid over them. Invariant: nothing else of the worker's reaches a child
+    -- a pattern never matches a ``TASKWARD_*`` setting, and NEVER_PASSED (the API tokens, the
+    session and webhook secrets) is dropped even when named, since the child's output is shown
+    to every reader. ``task_env`` is the submitter's own and is used as given.
+    """
+    source = os.environ if environ is None else environ
+    entries = tuple(passthrough)
+    env = {name: value for name, value in source.items() if _passes(name, entries)}
+    if task_env:
+        env.update(task_env)
+    return env
 
 
 _PR_SET_PDEATHSIG: Final = 1
@@ -300,13 +394,15 @@ async def run_process(
     cancellation: CancellationToken,
     kill_grace_s: float = KILL_GRACE_S,
     memory_limit_mb: float | None = None,
+    env_passthrough: Iterable[str] = (),
 ) -> TaskExecutionResult:
     """Run ``argv``: exit 0 is completed, non-zero failed, timeout timed_out, cancel cancelled.
 
-    ``env`` is merged over the worker's environment. The evidence holds the exit code, timing
-    and the last OUTPUT_TAIL_BYTES of stdout and stderr (interleaved). A program that cannot
-    start is a failed result, never an exception. With ``memory_limit_mb`` the child runs under
-    ``RLIMIT_AS``; dying of it is a retryable failure.
+    The child's environment is ``child_environment(env, env_passthrough)``: the task's ``env``
+    over a few basics, never the worker's whole environment. The evidence holds the exit code,
+    timing and the last OUTPUT_TAIL_BYTES of stdout and stderr (interleaved). A program that
+    cannot start is a failed result, never an exception. With ``memory_limit_mb`` the child
+    runs under ``RLIMIT_AS``; dying of it is a retryable failure.
     """
     if cancellation.is_cancelled:
         return TaskExecutionResult(
@@ -328,7 +424,8 @@ async def run_process(
             *argv,
             executable=program,
             cwd=cwd,
-            env={**os.environ, **env} if env else None,
+            # Always a full mapping: None would hand the child the worker's whole environment.
+            env=child_environment(env, env_passthrough),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=write_fd,
             stderr=write_fd,

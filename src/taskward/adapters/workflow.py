@@ -5,8 +5,9 @@ Registered only where a library is configured. The file-based library keeps defi
 ``library_content_hash`` must equal ``sha256:`` + the hex digest of the definition file's bytes,
 checked at admission and again, on the same bytes that are parsed, before every run. A
 definition is ``{"steps": [{"argv": [...], "cwd"?, "env"?, "timeout_s"?}, ...]}``; steps run in
-order as argv lists, never through a shell, and the first step that does not complete ends the
-run with its status. The task's ``args.timeout_s`` bounds the whole run.
+order as argv lists, never through a shell, each with the minimal child environment of
+``process.child_environment`` plus the step's ``env``, and the first step that does not
+complete ends the run with its status. The task's ``args.timeout_s`` bounds the whole run.
 
 The library, not the submitter, decides what runs: task args cannot change a step.
 """
@@ -17,6 +18,7 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -25,6 +27,7 @@ from taskward.adapters.process import (
     run_process,
     task_args,
     validate_argv,
+    validate_env_passthrough,
     validate_process_args,
 )
 from taskward.errors import TaskValidationError
@@ -131,9 +134,16 @@ class WorkflowAdapter:
 
     action_kind = "workflow"
 
-    def __init__(self, library: WorkflowLibrary, *, kill_grace_s: float = KILL_GRACE_S) -> None:
+    def __init__(
+        self,
+        library: WorkflowLibrary,
+        *,
+        kill_grace_s: float = KILL_GRACE_S,
+        env_passthrough: Iterable[str] = (),
+    ) -> None:
         self.library = library
         self.kill_grace_s = kill_grace_s
+        self.env_passthrough = validate_env_passthrough(env_passthrough)
 
     def validate_args(self, args: dict[str, Any]) -> None:
         timeout = args.get("timeout_s")
@@ -185,6 +195,7 @@ class WorkflowAdapter:
                 timeout_s=step_timeout,
                 cancellation=cancellation,
                 kill_grace_s=self.kill_grace_s,
+                env_passthrough=self.env_passthrough,
             )
             evidence.append(
                 {
