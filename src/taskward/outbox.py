@@ -17,7 +17,6 @@ the thread may still finish sending it. With no target configured nothing is cla
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import enum
 import hashlib
@@ -45,6 +44,7 @@ from taskward.adapters.process import (
     validate_env_passthrough,
 )
 from taskward.canonical import canonical_json, dumps
+from taskward.cursors import decode_cursor, encode_cursor
 from taskward.errors import NotificationNotFound, NotificationNotRetryable, TaskValidationError
 from taskward.ids import new_id
 from taskward.loops import raise_if_cancelling
@@ -427,20 +427,6 @@ async def get_notification(db: StateDB, notification_id: str) -> Row:
     return row
 
 
-def _encode_cursor(row: Row) -> str:
-    raw = json.dumps([row["created_at"], row["id"]]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[float, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        created_at, row_id = json.loads(base64.urlsafe_b64decode(padded))
-        return float(created_at), str(row_id)
-    except (ValueError, TypeError) as exc:
-        raise TaskValidationError("cursor", cursor, "a cursor returned by a previous page") from exc
-
-
 async def list_notifications(
     db: StateDB,
     *,
@@ -454,7 +440,7 @@ async def list_notifications(
         raise TaskValidationError("status", status, OUTBOX_STATUSES)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
         raise TaskValidationError("limit", limit, f"1..{MAX_LIST_LIMIT}")
-    cursor_at, cursor_id = _decode_cursor(cursor) if cursor else (None, None)
+    cursor_at, cursor_id = decode_cursor(cursor) if cursor else (None, None)
     rows = await db.fetchall(
         "outbox_list",
         {
@@ -465,7 +451,7 @@ async def list_notifications(
             "limit": limit + 1,
         },
     )
-    next_cursor = _encode_cursor(rows[limit - 1]) if len(rows) > limit else None
+    next_cursor = encode_cursor(rows[limit - 1]) if len(rows) > limit else None
     return rows[:limit], next_cursor
 
 
