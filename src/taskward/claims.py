@@ -53,6 +53,12 @@ DEFAULT_HEARTBEAT_TTL_SECONDS: Final = 90.0
 # lease_expires_at = max(now + lease_ttl, deadline_at + lease_slack_s), so the lease always
 # covers the deadline. 240 s + 30 s slack fits the default 300 s lease.
 DEFAULT_TASK_TIMEOUT_SECONDS: Final = 240.0
+# The longest deadline a claim ever grants, whatever a row's args say: admission bounds
+# ``timeout_s`` (a deployment's maximum, 7 days by default, never above this), and a row stored
+# before that bound existed is clamped here, so no claim commits a deadline or lease the host
+# cannot turn into a ``Task`` (a datetime) and the reaper cannot act on. run_claim_batch
+# (PostgreSQL's one-statement pass) clamps with the same value (:max_timeout_s).
+MAX_TASK_TIMEOUT_SECONDS: Final = 366 * 86400.0
 DEFAULT_LEASE_SLACK_SECONDS: Final = 30.0
 CLAIM_PAGE_SIZE: Final = 50
 CLAIM_SCAN_CAP: Final = 5000
@@ -257,7 +263,9 @@ def _claim_parts(
     """``_claim_request`` without the request: the guard, the patch and the lease."""
     # R5. run_claim_batch (PostgreSQL's one-statement pass) computes the same in SQL.
     timeout_s = row.get("timeout_s")
-    timeout = float(timeout_s) if timeout_s else spec.default_timeout_s
+    timeout = min(
+        float(timeout_s) if timeout_s else spec.default_timeout_s, MAX_TASK_TIMEOUT_SECONDS
+    )
     deadline_at = now + timeout
     expires_at = max(now + spec.lease_ttl, deadline_at + spec.lease_slack_s)
     attempt = int(row["lease_attempts"]) + 1
@@ -453,6 +461,7 @@ def pass_call(tx: Tx, spec: WorkerSpec, limit: int) -> PassCall | None:
         "page_size": page_size,
         "lock": limit,
         "default_timeout_s": spec.default_timeout_s,
+        "max_timeout_s": MAX_TASK_TIMEOUT_SECONDS,
         "lease_ttl": spec.lease_ttl,
         "lease_slack_s": spec.lease_slack_s,
     }

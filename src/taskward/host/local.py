@@ -182,12 +182,34 @@ class LocalTaskSource:
         self._seen = self._signal.seq
         # The claim pass shares commits with this source's acknowledgements and summaries.
         claimed = await claim_rows(self.db, self.spec, limit=limit, group=self._group)
-        return [self._register(c) for c in claimed]
+        return await self._register_all(claimed)
 
-    def _register(self, claimed: Claimed) -> Task:
-        """Remember a lease in the side channel and hand the host its Task."""
-        self._claims[claimed.lease.task_id] = ClaimedRun(row=claimed.row, lease=claimed.lease)
-        return self._task_for(claimed.row, claimed.lease)
+    async def _register_all(self, claimed: list[Claimed]) -> list[Task]:
+        """Remember each lease in the side channel and hand the host its Task.
+
+        A claimed row that cannot become a ``Task`` (its data fails the model: a cwd or
+        objective of the wrong shape, a deadline out of datetime's range) is never handed to
+        the host and never left ``running``: it is failed at once, terminal, with
+        ``invalid_task`` naming what the model refused (a row admitted before today's bounds,
+        or written around admission)."""
+        tasks = []
+        for item in claimed:
+            lease = item.lease
+            self._claims[lease.task_id] = ClaimedRun(row=item.row, lease=lease)
+            try:
+                tasks.append(self._task_for(item.row, lease))
+            except (ValueError, TypeError, OverflowError) as exc:
+                detail = "the claimed row is not a valid task: " + " ".join(str(exc).split())[:1000]
+                log.warning("task %s: %s", lease.task_id, detail)
+                failure = TaskFailure(code="invalid_task", retryable=False, detail=detail)
+                await self._acknowledge(
+                    lease.task_id,
+                    lease.lease_id,
+                    failure.model_dump(mode="json"),
+                    failure=failure,
+                    alone=True,
+                )
+        return tasks
 
     async def claim(self) -> Task | None:
         """One task or None; never blocks waiting for work."""
@@ -404,7 +426,7 @@ class LocalTaskSource:
         else:
             assert finished.transition is not None
             ack = self._settle(task_id, lease_id, digest, finished.transition, resolved)
-        return ack, [self._register(c) for c in finished.claimed]
+        return ack, await self._register_all(finished.claimed)
 
     async def _finish_together(self, tx: Tx, items: list[_Finish]) -> list[_Finished]:
         """GroupCommit's combine for ``complete_with_summary``: every summary (one multi-row

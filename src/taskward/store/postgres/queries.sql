@@ -45,7 +45,26 @@ SELECT status FROM schedule_runs WHERE id = :id;
 
 -- name: run_list
 -- Newest first with a (created_at, id) keyset cursor; every filter is optional.
-SELECT * FROM schedule_runs
+-- Every column but action_args (reads.list_tasks): the args come whole only when their text is
+-- at most :args_inline_bytes long (or :full_args), else as args_head, at most
+-- :args_head_chars of their text without "env" (secrets never leave in a head), so a page's
+-- memory is bounded however large the args. A column added to schedule_runs is added here too
+-- (test_http_reads_bounds).
+SELECT r.id, r.schedule_id, r.invocation_id, r.trigger_context, r.action_kind, r.status, r.exit_code,
+  r.chain_parent_id, r.chain_depth, r.fired_at, r.ended_at, r.error_detail, r.created_at,
+  r.updated_at, r.status_reason_code, r.status_reason_summary, r.status_evidence_refs,
+  r.queued_at, r.leased_by, r.lease_expires_at, r.concurrency_key, r.lease_attempts,
+  r.required_capabilities, r.execution_target, r.library_ref, r.library_content_hash,
+  r.idempotency_key, r.application_hash, r.admission_source, r.retry_at, r.deadline_at,
+  r.cancel_requested_at, r.cancel_requested_by,
+  CASE WHEN a.inline THEN r.action_args END AS action_args,
+  CASE WHEN NOT a.inline THEN left((r.action_args - 'env')::text, :args_head_chars) END AS args_head,
+  a.args_bytes
+FROM schedule_runs r
+CROSS JOIN LATERAL (
+  SELECT octet_length(r.action_args::text) AS args_bytes,
+         (:full_args::boolean OR octet_length(r.action_args::text) <= :args_inline_bytes) AS inline
+) a
 WHERE (:status::text IS NULL OR status = :status)
   AND (:action_kind::text IS NULL OR action_kind = :action_kind)
   AND (:execution_target::text IS NULL OR execution_target = :execution_target)
@@ -173,7 +192,8 @@ SELECT * FROM taskward_claim_lock_page(
 --   column of picked, which no partial index's predicate can match, so the planner cannot walk
 --   every queued row instead), guarded as claims._claim_request guards it (queued, no
 --   owner, the attempt count the page read, no cancellation request), with its lease (R5:
---   deadline = now + timeout_s (0 or absent: :default_timeout_s); expiry = the later of
+--   deadline = now + timeout_s (0 or absent: :default_timeout_s; at most :max_timeout_s,
+--   claims.MAX_TASK_TIMEOUT_SECONDS); expiry = the later of
 --   now + :lease_ttl and deadline + :lease_slack_s) and its status projection;
 -- fact / event: the transition's fact (its request hash the canonical request text spliced
 --   around the row's id and attempt) and event, exactly apply_transition's. A taken transition
@@ -196,7 +216,8 @@ WITH ctx AS MATERIALIZED (
 ), picked AS MATERIALIZED (
   SELECT p.id AS g_id, :from_state::text AS g_status, p.lease_attempts AS g_lease_attempts,
          p.lease_attempts + 1 AS attempt,
-         :now::float8 + COALESCE(NULLIF(p.timeout_s, 0), :default_timeout_s::float8) AS deadline,
+         :now::float8 + LEAST(COALESCE(NULLIF(p.timeout_s, 0), :default_timeout_s::float8),
+                              :max_timeout_s::float8) AS deadline,
          row_number() OVER (ORDER BY p.ordinality) AS k
   FROM page p
   WHERE p.locked AND NOT (SELECT stale FROM ctx)
@@ -948,3 +969,17 @@ FROM unnest(
   idempotency_key, application_hash, admission_source
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
+
+-- name: session_revoke
+-- A dashboard logout (dashboard/session.py, migration 0010): the session's id is refused from
+-- now on, by every process; kept until the session would have expired anyway.
+INSERT INTO revoked_sessions (session_id, expires_at) VALUES (:session_id, :expires_at)
+ON CONFLICT (session_id) DO NOTHING;
+
+-- name: session_revoked
+-- Whether a dashboard session was logged out: one primary-key probe a request with a session.
+SELECT 1 AS revoked FROM revoked_sessions WHERE session_id = :session_id;
+
+-- name: session_revocations_purge
+-- Revocations of sessions that have expired on their own (the cookie is refused anyway).
+DELETE FROM revoked_sessions WHERE expires_at <= :now;
