@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import sqlite3
 import time
@@ -121,6 +122,21 @@ def statement(
     if merged.get("now") is None:
         merged["now"] = clock()
     return load_queries("sqlite")[name], merged
+
+
+# A new store file is readable and writable by its owner alone: it holds task args (often
+# secrets). SQLite creates the -wal and -shm files with the database file's own permissions, so
+# all three are 0600. A file that already exists keeps the mode its operator gave it.
+PRIVATE_FILE_MODE: Final = 0o600
+
+
+def connect_private(path: str, **options: Any) -> sqlite3.Connection:
+    """``sqlite3.connect(path, **options)``, the file created first with ``PRIVATE_FILE_MODE``
+    when it does not exist yet (an empty file is an empty database)."""
+    if path != ":memory:" and not path.startswith("file:"):
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE_MODE))
+    return sqlite3.connect(path, **options)
 
 
 def set_pragmas(conn: sqlite3.Connection, synchronous: str) -> None:
@@ -319,10 +335,10 @@ class SQLiteDB:
         if self._closed:
             raise StoreError("this store was closed; open a new one")
         try:
-            conn = sqlite3.connect(
+            conn = connect_private(
                 self.path, isolation_level=None, check_same_thread=False, timeout=0
             )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         conn.row_factory = _row_factory
         self._conn = conn

@@ -19,7 +19,13 @@ from contextlib import contextmanager
 from taskward.errors import StoreError, StoreUnavailable
 from taskward.store.migrate import MIGRATIONS_TABLE
 from taskward.store.port import Params, Row
-from taskward.store.sqlite.db import _row_factory, set_pragmas, statement, translate_error
+from taskward.store.sqlite.db import (
+    _row_factory,
+    connect_private,
+    set_pragmas,
+    statement,
+    translate_error,
+)
 
 
 class SQLiteSyncDB:
@@ -51,7 +57,7 @@ class SQLiteSyncDB:
         try:
             # Not check_same_thread: each thread only ever uses its own (the thread-local above),
             # and close() must reach the other threads' connections.
-            conn = sqlite3.connect(
+            conn = connect_private(
                 self.path,
                 isolation_level=None,
                 timeout=self.lock_budget_s,
@@ -60,7 +66,7 @@ class SQLiteSyncDB:
             conn.row_factory = _row_factory
             conn.execute("PRAGMA journal_mode=WAL").fetchone()
             set_pragmas(conn, self.synchronous)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         pid = os.getpid()
         self._local.conn, self._local.pid = conn, pid
