@@ -21,6 +21,7 @@ from taskward.dashboard.session import (
     clear_session_cookie,
     csrf_matches,
     new_session,
+    revoke_session,
     session_principal,
     set_session_cookie,
 )
@@ -47,7 +48,7 @@ async def _operate(request: Request, operation: Operation) -> Response:
     """A state-changing form post: session, CSRF token and the ``operate`` scope required;
     ``operation`` returns where to go next (a 303 redirect)."""
     services = services_of(request)
-    found = session_principal(services.config, request)
+    found = await session_principal(services.config, request)
     form = await read_form(request)
     if found is None:
         return forbidden(request, "no session: open the page (and log in) first")
@@ -173,11 +174,29 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
+    """Clear the cookie and revoke the session in the store, so a saved copy of the cookie is
+    refused too. If the store cannot record that, the cookie is kept and the answer is 503:
+    the user learns the logout did not happen and can retry."""
     services = services_of(request)
-    found = session_principal(services.config, request)
-    form = await read_form(request)
-    if found is not None and not csrf_matches(found[0], form.get(CSRF_FIELD)):
-        return forbidden(request, "the form's CSRF token is missing or stale: reload the page")
+    try:
+        found = await session_principal(services.config, request)
+        form = await read_form(request)
+        if found is not None and not csrf_matches(found[0], form.get(CSRF_FIELD)):
+            return forbidden(request, "the form's CSRF token is missing or stale: reload the page")
+        if found is not None and services.config.auth_required:
+            await revoke_session(await services.store.get(), found[0])
+    except StoreError:
+        response = html(
+            request,
+            "message.html",
+            session=None,
+            principal=None,
+            status_code=503,
+            title="Store unavailable",
+            message="the store is unavailable, so the session is not logged out; try again",
+        )
+        response.headers["Retry-After"] = str(services.config.retry_after_s)
+        return response
     response = secure(RedirectResponse("/login" if services.config.auth_required else "/", 303))
     clear_session_cookie(services.config, response)
     return response

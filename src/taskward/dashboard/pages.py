@@ -49,10 +49,10 @@ class _LoginRequired(Exception):
     pass
 
 
-def _access(request: Request) -> tuple[Session, Principal, Session | None]:
+async def _access(request: Request) -> tuple[Session, Principal, Session | None]:
     """(session, principal, session to set as a cookie, if it is new); raises _LoginRequired."""
     services = services_of(request)
-    found = session_principal(services.config, request)
+    found = await session_principal(services.config, request)
     if found is not None:
         return found[0], found[1], None
     if services.config.auth_required:
@@ -70,7 +70,7 @@ async def _page(
     request: Request, template: str, data: DataFn, data_url: str, **context: Any
 ) -> Response:
     try:
-        session, principal, new_cookie = _access(request)
+        session, principal, new_cookie = await _access(request)
     except _LoginRequired:
         return _login_redirect(request)
     if not principal.allows("read"):
@@ -137,7 +137,7 @@ async def _page(
 
 async def _data(request: Request, data: DataFn) -> Response:
     services = services_of(request)
-    found = session_principal(services.config, request)
+    found = await session_principal(services.config, request)
     if found is None and services.config.auth_required:
         return secure(
             problem_response(
@@ -281,8 +281,8 @@ async def workers_json(request: Request) -> Response:
     return await _data(request, workers_data)
 
 
-def _can_operate(request: Request) -> bool:
-    found = session_principal(services_of(request).config, request)
+async def _can_operate(request: Request) -> bool:
+    found = await session_principal(services_of(request).config, request)
     if found is not None:
         return found[1].allows("operate")
     return not services_of(request).config.auth_required
@@ -290,7 +290,7 @@ def _can_operate(request: Request) -> bool:
 
 async def schedules_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
     rows = await list_schedules(db, include_removed=True, limit=500)
-    return views.schedules_regions(rows, can_operate=_can_operate(request))
+    return views.schedules_regions(rows, can_operate=await _can_operate(request))
 
 
 async def outbox_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
@@ -305,7 +305,7 @@ async def outbox_data(db: StateDB, services: Services, request: Request) -> dict
         await count_notifications(db),
         next_cursor,
         status,
-        can_operate=_can_operate(request),
+        can_operate=await _can_operate(request),
     )
 
 

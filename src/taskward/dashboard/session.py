@@ -1,9 +1,17 @@
 """Dashboard sessions and CSRF protection.
 
 A session is an HMAC-signed cookie (``HttpOnly``, ``SameSite=Strict``) naming the token it
-logged in with, its CSRF token and its expiry. The token's current scopes are looked up on every
-request, so removing a token from the configuration ends its sessions. With no token configured,
-everyone on the (loopback-only) service gets an anonymous session on first visit.
+logged in with, a random session id, its CSRF token and its expiry. The token's current scopes
+are looked up on every request, so removing a token from the configuration ends its sessions.
+With no token configured, everyone on the (loopback-only) service gets an anonymous session on
+first visit.
+
+Logging out revokes the session server-side: its id goes into the store's ``revoked_sessions``
+(migration 0010), which every request with a session consults, so a copy of the cookie is
+refused by every service process sharing the store, and after a restart. A row is kept only
+until the session would have expired anyway (each logout purges the expired ones), so the table
+holds at most the logouts of one session lifetime. Anonymous sessions are not recorded: they
+grant nothing a visitor of the loopback-only service does not get anyway.
 
 Every state-changing form carries the session's CSRF token in a hidden field (or the
 ``X-CSRF-Token`` header); it must equal the one in the signed cookie. Together with
@@ -26,6 +34,8 @@ from fastapi.responses import Response
 
 from taskward.http.auth import ANONYMOUS, Principal, anonymous, principal_for_token
 from taskward.http.config import HttpConfig
+from taskward.http.state import services_of
+from taskward.store import StateDB
 
 SESSION_COOKIE: Final = "taskward_session"
 CSRF_FIELD: Final = "csrf_token"
@@ -37,6 +47,7 @@ class Session:
     name: str
     csrf: str
     expires_at: float
+    id: str  # random; what a logout revokes (never the CSRF token, which pages carry)
 
 
 def _b64(data: bytes) -> str:
@@ -54,7 +65,8 @@ def _sign(secret: bytes, payload: str) -> str:
 def encode_session(secret: bytes, session: Session) -> str:
     payload = _b64(
         json.dumps(
-            {"n": session.name, "c": session.csrf, "e": session.expires_at}, separators=(",", ":")
+            {"n": session.name, "c": session.csrf, "e": session.expires_at, "i": session.id},
+            separators=(",", ":"),
         ).encode("utf-8")
     )
     return f"{payload}.{_sign(secret, payload)}"
@@ -67,7 +79,12 @@ def decode_session(secret: bytes, value: str, *, now: float) -> Session | None:
         if not hmac.compare_digest(_sign(secret, payload), signature):
             return None
         data = json.loads(_unb64(payload))
-        session = Session(name=str(data["n"]), csrf=str(data["c"]), expires_at=float(data["e"]))
+        session = Session(
+            name=str(data["n"]),
+            csrf=str(data["c"]),
+            expires_at=float(data["e"]),
+            id=str(data["i"]),  # a cookie from before session ids: log in again
+        )
     except (ValueError, KeyError, TypeError, UnicodeError):
         return None
     return session if session.expires_at > now else None
@@ -75,12 +92,19 @@ def decode_session(secret: bytes, value: str, *, now: float) -> Session | None:
 
 def new_session(config: HttpConfig, name: str) -> Session:
     return Session(
-        name=name, csrf=secrets.token_urlsafe(24), expires_at=time.time() + config.session_ttl_s
+        name=name,
+        csrf=secrets.token_urlsafe(24),
+        expires_at=time.time() + config.session_ttl_s,
+        id=secrets.token_urlsafe(16),
     )
 
 
-def session_principal(config: HttpConfig, request: Request) -> tuple[Session, Principal] | None:
-    """The request's valid session and whom it stands for, or None."""
+async def session_principal(
+    config: HttpConfig, request: Request
+) -> tuple[Session, Principal] | None:
+    """The request's valid session and whom it stands for, or None: the cookie is signed and
+    unexpired, its token is still configured and it was not logged out (``revoked_sessions``
+    in the request's store). Raises StoreError while the store cannot say."""
     value = request.cookies.get(SESSION_COOKIE)
     if not value:
         return None
@@ -92,7 +116,25 @@ def session_principal(config: HttpConfig, request: Request) -> tuple[Session, Pr
     if session.name == ANONYMOUS:
         return None  # made before tokens were configured
     principal = principal_for_token(config, session.name)
-    return (session, principal) if principal is not None else None
+    if principal is None:
+        return None
+    db = await services_of(request).store.get()
+    if await db.fetchone("session_revoked", {"session_id": session.id}) is not None:
+        return None
+    return session, principal
+
+
+async def revoke_session(db: StateDB, session: Session) -> None:
+    """Refuse ``session`` from now on in every process on ``db``; drop expired revocations.
+
+    Invariant: a row lives until its session's own expiry, after which the cookie is refused
+    by ``decode_session`` anyway; so the table never grows past one session lifetime of logouts.
+    """
+    async with db.transaction(now=time.time()) as tx:
+        await tx.execute("session_revocations_purge")
+        await tx.execute(
+            "session_revoke", {"session_id": session.id, "expires_at": session.expires_at}
+        )
 
 
 def set_session_cookie(config: HttpConfig, response: Response, session: Session) -> None:

@@ -731,3 +731,17 @@ INSERT INTO schedule_runs (
   :idempotency_key, :application_hash, :admission_source
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
+
+-- name: session_revoke
+-- A dashboard logout (dashboard/session.py, migration 0010): the session's id is refused from
+-- now on, by every process; kept until the session would have expired anyway.
+INSERT INTO revoked_sessions (session_id, expires_at) VALUES (:session_id, :expires_at)
+ON CONFLICT (session_id) DO NOTHING;
+
+-- name: session_revoked
+-- Whether a dashboard session was logged out: one primary-key probe a request with a session.
+SELECT 1 AS revoked FROM revoked_sessions WHERE session_id = :session_id;
+
+-- name: session_revocations_purge
+-- Revocations of sessions that have expired on their own (the cookie is refused anyway).
+DELETE FROM revoked_sessions WHERE expires_at <= :now;
