@@ -1,6 +1,10 @@
 """Dashboard form posts: cancel a task, fire/enable/disable a schedule, retry a notification,
 log in and out. Each state change needs a session, its CSRF token and the ``operate`` scope,
 and goes through the same library function as the API.
+
+Failed logins count against the client's failed-authentication limit shared with the API's
+bearer tokens (``taskward.http.throttle``); logging out revokes the session in the store
+(``session.revoke_session``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from taskward.errors import (
     TaskNotFound,
     TaskValidationError,
 )
-from taskward.http.auth import Principal, find_token
+from taskward.http.auth import Principal, client_of, find_token
 from taskward.http.state import services_of
 from taskward.outbox import retry_notification
 from taskward.schedules import disable_schedule, enable_schedule, fire_schedule, get_schedule
@@ -156,8 +160,24 @@ async def login(request: Request) -> Response:
     target = safe_next(form.get("next"))
     if not services.config.auth_required:
         return secure(RedirectResponse(target, status_code=303))
+    client = client_of(request)
+    wait = services.auth_limiter.retry_after(client)
+    if wait is not None:  # checked before the token: a correct one must not tell a guesser
+        response = html(
+            request,
+            "login.html",
+            session=None,
+            principal=None,
+            status_code=429,
+            next=target,
+            error=f"too many failed logins from this address: try again in {wait} s",
+            retry_after_s=wait,
+        )
+        response.headers["Retry-After"] = str(wait)
+        return response
     token = find_token(services.config, (form.get("token") or "").strip())
     if token is None:
+        services.auth_limiter.failed(client)
         return html(
             request,
             "login.html",

@@ -4,6 +4,9 @@ Tokens are compared in constant time against every configured token (no early ex
 SHA-256 digests so their lengths do not leak). The token's name becomes the ``Actor``
 (``operator:<name>``) of the transitions its requests cause. Scopes: ``submit``, ``read``,
 ``operate``; capability labels are routing hints, never permissions (ADR-0072 out of scope).
+
+A client whose tokens keep failing is answered 429 for a while (``taskward.http.throttle``):
+the limit is checked before any token is compared, and only failures count.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from taskward.http.config import SCOPES, ApiToken, HttpConfig
 from taskward.http.problems import ApiProblem
+from taskward.http.state import services_of
+from taskward.http.throttle import client_key
 from taskward.models import Actor
 
 ANONYMOUS: Final = "anonymous"
@@ -98,6 +103,45 @@ def principal_from_header(config: HttpConfig, authorization: str | None) -> Prin
     return Principal(token.name, token.scopes)
 
 
+def client_of(request: Request) -> str:
+    """The failure limiter's key for the caller: its peer address (``scope["client"]``). Only
+    uvicorn's trusted-proxy setting (``--forwarded-allow-ips``) rewrites that from
+    ``X-Forwarded-For``; the header itself is never read here."""
+    return client_key(request.client.host if request.client else None)
+
+
+def too_many_failures(retry_after_s: int) -> ApiProblem:
+    return ApiProblem(
+        429,
+        "too-many-auth-failures",
+        "Too many failed authentications",
+        f"too many failed authentications from this address; retry after {retry_after_s} s",
+        headers={"Retry-After": str(retry_after_s)},
+        retry_after_s=retry_after_s,
+    )
+
+
+def authenticate(request: Request) -> Principal:
+    """The request's principal. A client over the failure limit gets a 429 ApiProblem before
+    its token is compared (not even a correct token passes: that would tell a guesser which
+    guess was right); a presented token that fails is counted and gets a 401. A request that
+    presents no token is neither counted nor blocked: it guesses nothing."""
+    services = services_of(request)
+    config = services.config
+    authorization = request.headers.get("authorization")
+    if not config.auth_required or not authorization:
+        return principal_from_header(config, authorization)
+    client = client_of(request)
+    wait = services.auth_limiter.retry_after(client)
+    if wait is not None:
+        raise too_many_failures(wait)
+    try:
+        return principal_from_header(config, authorization)
+    except ApiProblem:
+        services.auth_limiter.failed(client)
+        raise
+
+
 def check_scope(principal: Principal, scope: str) -> None:
     """Raise a 403 ApiProblem unless ``principal`` holds ``scope``."""
     if not principal.allows(scope):
@@ -120,8 +164,7 @@ def require(scope: str) -> Callable[..., Awaitable[Principal]]:
         request: Request,
         _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     ) -> Principal:
-        config: HttpConfig = request.app.state.taskward.config
-        principal = principal_from_header(config, request.headers.get("authorization"))
+        principal = authenticate(request)
         check_scope(principal, scope)
         return principal
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import os
 import re
 import secrets
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from taskward.errors import TaskValidationError
+from taskward.http.throttle import FailureLimits
 
 SCOPES: Final[tuple[str, ...]] = ("submit", "read", "operate")
 ALL_SCOPES: Final = "*"
@@ -29,6 +31,10 @@ TOKENS_ENV: Final = "TASKWARD_API_TOKENS"
 TOKENS_FILE_ENV: Final = "TASKWARD_API_TOKENS_FILE"
 SESSION_SECRET_ENV: Final = "TASKWARD_SESSION_SECRET"
 MAX_BODY_ENV: Final = "TASKWARD_HTTP_MAX_BODY_BYTES"
+AUTH_MAX_FAILURES_ENV: Final = "TASKWARD_AUTH_MAX_FAILURES"
+AUTH_WINDOW_ENV: Final = "TASKWARD_AUTH_FAILURE_WINDOW_S"
+AUTH_BLOCK_ENV: Final = "TASKWARD_AUTH_BLOCK_S"
+AUTH_MAX_BLOCK_ENV: Final = "TASKWARD_AUTH_MAX_BLOCK_S"
 LOOPBACK_HOSTS: Final[tuple[str, ...]] = ("localhost", "127.0.0.1", "::1")
 
 _NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
@@ -132,6 +138,8 @@ class HttpConfig:
     token is configured (a defence against DNS rebinding of an open local service) and any host
     otherwise. ``session_secret`` signs dashboard sessions; None draws a random one, so sessions
     end when the service restarts. ``heartbeat_ttl_s`` decides which workers count as live.
+    ``auth_limits``: how many failed authentications a client may make before it waits
+    (``taskward.http.throttle``).
     """
 
     tokens: tuple[ApiToken, ...] = ()
@@ -143,11 +151,22 @@ class HttpConfig:
     heartbeat_ttl_s: float = 90.0
     retry_after_s: int = 5
     dashboard_poll_s: float = 2.0
+    auth_limits: FailureLimits = field(default_factory=FailureLimits)
 
     def __post_init__(self) -> None:
         _check_unique(self.tokens, "tokens")
         if self.max_body_bytes < 1:
             raise TaskValidationError("max_body_bytes", self.max_body_bytes, "an integer >= 1")
+        limits = self.auth_limits
+        for name, value, least in (
+            (AUTH_MAX_FAILURES_ENV, limits.max_failures, 1),
+            (AUTH_WINDOW_ENV, limits.window_s, 1),
+            (AUTH_BLOCK_ENV, limits.block_s, 1),
+            (AUTH_MAX_BLOCK_ENV, limits.max_block_s, limits.block_s),
+            ("auth_limits.max_clients", limits.max_clients, 1),
+        ):
+            if not (value >= least and math.isfinite(value)):  # also refuses NaN
+                raise TaskValidationError(name, value, f"a finite number >= {least:g}")
 
     @property
     def auth_required(self) -> bool:
@@ -181,7 +200,8 @@ class HttpConfig:
         cls, environ: Mapping[str, str] | None = None, *, tokens_file: str | None = None
     ) -> HttpConfig:
         """Read tokens (``TASKWARD_API_TOKENS``, ``TASKWARD_API_TOKENS_FILE`` or
-        ``tokens_file``), ``TASKWARD_HTTP_MAX_BODY_BYTES`` and ``TASKWARD_SESSION_SECRET``."""
+        ``tokens_file``), ``TASKWARD_HTTP_MAX_BODY_BYTES``, ``TASKWARD_SESSION_SECRET`` and the
+        failed-authentication limits (``TASKWARD_AUTH_*``)."""
         env = os.environ if environ is None else environ
         tokens = list(parse_tokens(env.get(TOKENS_ENV, "").split(",")))
         path = tokens_file or env.get(TOKENS_FILE_ENV, "").strip()
@@ -193,8 +213,28 @@ class HttpConfig:
             max_body_bytes = int(max_body) if max_body else DEFAULT_MAX_BODY_BYTES
         except ValueError:
             raise TaskValidationError(MAX_BODY_ENV, max_body, "an integer >= 1") from None
-        config = cls(tokens=tuple(tokens), max_body_bytes=max_body_bytes)
+        defaults = FailureLimits()
+        auth_limits = FailureLimits(
+            max_failures=int(_number(env, AUTH_MAX_FAILURES_ENV, defaults.max_failures, int)),
+            window_s=_number(env, AUTH_WINDOW_ENV, defaults.window_s, float),
+            block_s=_number(env, AUTH_BLOCK_ENV, defaults.block_s, float),
+            max_block_s=_number(env, AUTH_MAX_BLOCK_ENV, defaults.max_block_s, float),
+        )
+        config = cls(tokens=tuple(tokens), max_body_bytes=max_body_bytes, auth_limits=auth_limits)
         secret = env.get(SESSION_SECRET_ENV, "")
         if secret:
             config = dataclasses.replace(config, session_secret=secret.encode("utf-8"))
         return config
+
+
+def _number(
+    env: Mapping[str, str], name: str, default: float, kind: type[int] | type[float]
+) -> float:
+    """The number in ``env[name]`` (``default`` when unset or blank)."""
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        return kind(text)
+    except ValueError:
+        raise TaskValidationError(name, text, f"a number ({kind.__name__})") from None

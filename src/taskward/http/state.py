@@ -8,13 +8,14 @@ starts while its database is away and answers 503 until it is back.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
 from taskward.errors import StoreError, StoreUnavailable, TaskValidationError
 from taskward.http.config import HttpConfig
 from taskward.http.metrics import Metrics
+from taskward.http.throttle import FailureLimiter
 from taskward.registry import TaskAdapterRegistry
 from taskward.store import StateDB, open_db
 from taskward.store.open import redact
@@ -66,6 +67,11 @@ class Services:
     registry: TaskAdapterRegistry
     config: HttpConfig
     metrics: Metrics
+    # Failed authentications per client, shared by the API and the dashboard login.
+    auth_limiter: FailureLimiter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.auth_limiter = FailureLimiter(self.config.auth_limits)
 
 
 def services_of(request: Request) -> Services:
