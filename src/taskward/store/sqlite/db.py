@@ -136,7 +136,8 @@ def connect_private(path: str, **options: Any) -> sqlite3.Connection:
     if path != ":memory:" and not path.startswith("file:"):
         with contextlib.suppress(FileExistsError):
             os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE_MODE))
-    return sqlite3.connect(path, **options)
+    conn: sqlite3.Connection = sqlite3.connect(path, **options)
+    return conn
 
 
 def set_pragmas(conn: sqlite3.Connection, synchronous: str) -> None:
