@@ -2,23 +2,69 @@
 
 from __future__ import annotations
 
-import base64
-import json
+from collections.abc import Mapping
 from typing import Any, Final
 
+from taskward.canonical import canonical_json
+from taskward.cursors import decode_cursor, encode_cursor
 from taskward.errors import TaskNotFound, TaskValidationError
 from taskward.lifecycle import Status
 from taskward.store.port import Row, StateDB
 
 MAX_LIST_LIMIT: Final = 500
 
+# A listing shows a preview of each task's args, never the args themselves (a page of 500 tasks
+# with 1 MiB of args each was a 500 MiB answer): ``args_preview`` is at most ARGS_PREVIEW_CHARS
+# characters of the (redacted) canonical JSON, then an ellipsis; ``args_bytes`` their stored size.
+# The store sends args whole only up to ARGS_INLINE_BYTES (store/*/queries.sql ``run_list``).
+ARGS_PREVIEW_CHARS: Final = 200
+ARGS_INLINE_BYTES: Final = 2048
+ELLIPSIS: Final = "\u2026"
 
-async def get_task(db: StateDB, task_id: str) -> Row:
-    """The schedule_runs row of ``task_id`` as a dict; raises TaskNotFound."""
+# The value every ``args.env`` value is shown as: env values are secrets (API keys, tokens).
+REDACTED: Final = "***"
+
+
+def redact_args(args: Any) -> Any:
+    """``args`` with each ``env`` value replaced by REDACTED, the variable names kept.
+
+    The one redaction every read binding goes through (HTTP API, dashboard, CLI, SyncClient:
+    they all read through ``get_task`` / ``list_tasks``). The worker never does: it executes
+    the row the store hands its claim (``claims``), so a child still gets the real values.
+    Returns ``args`` itself when there is nothing to redact; never mutates it.
+    """
+    if not isinstance(args, Mapping):
+        return args
+    env = args.get("env")
+    if not isinstance(env, Mapping) or not env:
+        return args
+    return {**args, "env": dict.fromkeys(env, REDACTED)}
+
+
+def args_preview(args: Any) -> str:
+    """The redacted canonical JSON of ``args``, cut to ARGS_PREVIEW_CHARS plus an ellipsis."""
+    return _cut(canonical_json(redact_args(args)))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= ARGS_PREVIEW_CHARS else text[:ARGS_PREVIEW_CHARS] + ELLIPSIS
+
+
+def _redacted_row(row: Row) -> Row:
+    row["action_args"] = redact_args(row.get("action_args"))
+    return row
+
+
+async def get_task(db: StateDB, task_id: str, *, reveal_env: bool = False) -> Row:
+    """The schedule_runs row of ``task_id`` as a dict; raises TaskNotFound.
+
+    ``action_args.env`` values are redacted (``redact_args``) unless ``reveal_env``: this is
+    what every binding shows. The row a worker executes comes from its claim, not from here.
+    """
     row = await db.fetchone("run_get", {"id": task_id})
     if row is None:
         raise TaskNotFound(task_id)
-    return row
+    return row if reveal_env else _redacted_row(row)
 
 
 async def list_transitions(db: StateDB, task_id: str) -> list[Row]:
@@ -33,20 +79,6 @@ async def list_task_events(db: StateDB, task_id: str) -> list[Row]:
     return await db.fetchall("event_list", {"task_id": task_id})
 
 
-def _encode_cursor(row: Row) -> str:
-    raw = json.dumps([row["created_at"], row["id"]]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[float, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        created_at, task_id = json.loads(base64.urlsafe_b64decode(padded))
-        return float(created_at), str(task_id)
-    except (ValueError, TypeError) as exc:
-        raise TaskValidationError("cursor", cursor, "a cursor returned by a previous page") from exc
-
-
 async def list_tasks(
     db: StateDB,
     *,
@@ -55,13 +87,20 @@ async def list_tasks(
     execution_target: str | None = None,
     limit: int = 50,
     cursor: str | None = None,
+    full_args: bool = False,
 ) -> tuple[list[Row], str | None]:
-    """Tasks newest first; returns ``(rows, next_cursor)`` (None on the last page)."""
+    """Tasks newest first; returns ``(rows, next_cursor)`` (None on the last page).
+
+    A row is the task's row without ``action_args``, with ``args_preview`` (``args_preview``)
+    and ``args_bytes`` instead, so a page's size is bounded whatever the args (``get_task``
+    has them whole). ``full_args=True`` adds ``action_args`` (redacted, as ``get_task``'s),
+    read whole from the store: for library callers that need them, at their memory's cost.
+    """
     if status is not None and status not in {s.value for s in Status}:
         raise TaskValidationError("status", status, [s.value for s in Status])
     if not 1 <= limit <= MAX_LIST_LIMIT:
         raise TaskValidationError("limit", limit, f"1..{MAX_LIST_LIMIT}")
-    cursor_at, cursor_id = _decode_cursor(cursor) if cursor else (None, None)
+    cursor_at, cursor_id = decode_cursor(cursor) if cursor else (None, None)
     params: dict[str, Any] = {
         "status": status,
         "action_kind": action_kind,
@@ -69,10 +108,27 @@ async def list_tasks(
         "cursor_created_at": cursor_at,
         "cursor_id": cursor_id,
         "limit": limit + 1,
+        "full_args": bool(full_args),
+        "args_inline_bytes": ARGS_INLINE_BYTES,
+        # One more than shown, so a head that was cut gets its ellipsis.
+        "args_head_chars": ARGS_PREVIEW_CHARS + 1,
     }
     rows = await db.fetchall("run_list", params)
-    next_cursor = _encode_cursor(rows[limit - 1]) if len(rows) > limit else None
-    return rows[:limit], next_cursor
+    next_cursor = encode_cursor(rows[limit - 1]) if len(rows) > limit else None
+    return [_listed(row, full_args=full_args) for row in rows[:limit]], next_cursor
+
+
+def _listed(row: Row, *, full_args: bool) -> Row:
+    """A run_list row as a listing shows it: the preview from the whole args when the store
+    sent them (redacted, canonical), else from its head (cut in SQL, ``env`` already removed:
+    the store's JSON text, which on PostgreSQL is jsonb's own spacing and key order)."""
+    args = row.pop("action_args", None)
+    head = row.pop("args_head", None)
+    row["args_bytes"] = int(row["args_bytes"] or 0)
+    row["args_preview"] = args_preview(args) if head is None else _cut(head)
+    if full_args:
+        row["action_args"] = redact_args(args)
+    return row
 
 
 async def count_by_status(db: StateDB) -> dict[str, int]:

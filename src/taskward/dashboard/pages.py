@@ -13,6 +13,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
+from taskward.cursors import MAX_CURSOR_LENGTH
 from taskward.dashboard import views
 from taskward.dashboard.render import html, secure
 from taskward.dashboard.session import Session, new_session, session_principal
@@ -183,10 +184,21 @@ def _filters(request: Request) -> dict[str, str | None]:
     return filters
 
 
+def _cursor(request: Request) -> str | None:
+    """The page's ``cursor``, bounded as the API bounds it (``cursors.MAX_CURSOR_LENGTH``);
+    its shape is checked by the decoder, so a crafted one is a 422 page, never a 500."""
+    cursor = request.query_params.get("cursor") or None
+    if cursor is not None and ("\x00" in cursor or len(cursor) > MAX_CURSOR_LENGTH):
+        raise TaskValidationError(
+            "cursor", cursor[:40], f"a cursor of a previous page (at most {MAX_CURSOR_LENGTH})"
+        )
+    return cursor
+
+
 async def tasks_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
     filters = _filters(request)
     kind = filters["kind"]
-    cursor = request.query_params.get("cursor") or None
+    cursor = _cursor(request)
     rows, next_cursor = await list_tasks(
         db,
         status=filters["status"],
@@ -295,10 +307,9 @@ async def schedules_data(db: StateDB, services: Services, request: Request) -> d
 
 async def outbox_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
     status = request.query_params.get("status") or None
-    cursor = request.query_params.get("cursor") or None
-    for name, value in (("status", status), ("cursor", cursor)):
-        if value is not None and ("\x00" in value or len(value) > 1000):
-            raise TaskValidationError(name, value[:40], "a short value without NUL characters")
+    cursor = _cursor(request)
+    if status is not None and ("\x00" in status or len(status) > 255):
+        raise TaskValidationError("status", status[:40], "a short value without NUL characters")
     rows, next_cursor = await list_notifications(db, status=status, limit=PAGE_SIZE, cursor=cursor)
     return views.outbox_regions(
         rows,

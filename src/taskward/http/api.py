@@ -14,6 +14,7 @@ from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Resp
 
 from taskward.admission import admit_task
 from taskward.cancellation import request_task_cancel
+from taskward.cursors import MAX_CURSOR_LENGTH
 from taskward.errors import TaskIdempotencyConflict, TaskNotFound, TaskValidationError
 from taskward.http.auth import Principal, require
 from taskward.http.models import (
@@ -172,7 +173,10 @@ async def submit(
     "/tasks",
     name="list_tasks",
     response_model=TaskPage,
-    summary="List tasks, newest first",
+    summary="List tasks, newest first (args as a bounded preview)",
+    description="Each task is its row without `action_args`: `args_preview` (at most 200 "
+    "characters of their JSON, `env` values redacted) and `args_bytes` instead; "
+    "`GET /api/tasks/{task_id}` returns the args whole.",
     responses=problems(401, 403, 422, 503),
 )
 async def list_(
@@ -188,7 +192,8 @@ async def list_(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT, description="Page size.")] = DEFAULT_PAGE,
     cursor: Annotated[
-        str | None, Query(description="`next_cursor` of the previous page.", max_length=1000)
+        str | None,
+        Query(description="`next_cursor` of the previous page.", max_length=MAX_CURSOR_LENGTH),
     ] = None,
 ) -> dict[str, Any]:
     if kind is not None:
@@ -216,6 +221,7 @@ async def show(
     _principal: Annotated[Principal, Depends(require("read"))],
     db: Db,
 ) -> dict[str, Any]:
+    """The task's row with its args whole, ``env`` values redacted (``reads.redact_args``)."""
     _check_task_id(task_id)
     row = await get_task(db, task_id)
     if row["status"] == "queued":

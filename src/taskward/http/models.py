@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from taskward.lifecycle import Status
 from taskward.models import EXECUTION_TARGETS
+from taskward.reads import ARGS_INLINE_BYTES, ARGS_PREVIEW_CHARS, ELLIPSIS, REDACTED
 
 TARGET_ENUM = sorted(EXECUTION_TARGETS)
 STATUS_ENUM = [s.value for s in Status]
@@ -87,19 +88,25 @@ class Placement(BaseModel):
     reason: str
 
 
-class TaskRow(BaseModel):
-    """One schedule_runs row (times are epoch seconds); every column is returned."""
-
+class _TaskColumns(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str
     status: str
     action_kind: str
-    action_args: dict[str, Any]
     execution_target: str | None = None
     idempotency_key: str | None = None
     admission_source: str | None = None
     created_at: float
+
+
+ENV_REDACTED = f'`env` values are shown as `"{REDACTED}"` (the names are kept): they are secrets.'
+
+
+class TaskRow(_TaskColumns):
+    """One schedule_runs row (times are epoch seconds); every column is returned."""
+
+    action_args: dict[str, Any] = Field(description=f"The task's args, whole. {ENV_REDACTED}")
 
 
 class TaskOut(TaskRow):
@@ -108,8 +115,23 @@ class TaskOut(TaskRow):
     placement: Placement | None = None
 
 
+class TaskListItem(_TaskColumns):
+    """A task in a listing: its row without ``action_args`` (``GET /api/tasks/{id}`` has
+    them), with a bounded preview instead, so a page's size does not grow with the args."""
+
+    args_preview: str = Field(
+        description=f"The args' canonical JSON cut to {ARGS_PREVIEW_CHARS} characters, then "
+        f"`{ELLIPSIS}`. {ENV_REDACTED} Args over {ARGS_INLINE_BYTES} bytes are previewed from "
+        "the stored text without `env`."
+    )
+    args_bytes: int = Field(
+        description="Size of the stored args in bytes (their JSON text: canonical on SQLite, "
+        "jsonb's text form on PostgreSQL)."
+    )
+
+
 class TaskPage(BaseModel):
-    tasks: list[TaskRow]
+    tasks: list[TaskListItem]
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page.")
 
 

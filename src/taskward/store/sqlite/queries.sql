@@ -40,7 +40,22 @@ SELECT status FROM schedule_runs WHERE id = :id;
 
 -- name: run_list
 -- Newest first with a (created_at, id) keyset cursor; every filter is optional.
-SELECT * FROM schedule_runs
+-- Every column but action_args (reads.list_tasks): the args come whole only when at most
+-- :args_inline_bytes long (or :full_args), else as args_head, at most :args_head_chars of their
+-- text without "env" (secrets never leave in a head), so a page's memory is bounded however
+-- large the args. A column added to schedule_runs is added here too (test_http_reads_bounds).
+SELECT id, schedule_id, invocation_id, trigger_context, action_kind, status, exit_code,
+  chain_parent_id, chain_depth, fired_at, ended_at, error_detail, created_at, updated_at,
+  status_reason_code, status_reason_summary, status_evidence_refs, queued_at, leased_by,
+  lease_expires_at, concurrency_key, lease_attempts, required_capabilities, execution_target,
+  library_ref, library_content_hash, idempotency_key, application_hash, admission_source,
+  retry_at, deadline_at, cancel_requested_at, cancel_requested_by,
+  CASE WHEN :full_args OR length(CAST(action_args AS BLOB)) <= :args_inline_bytes
+    THEN action_args END AS action_args,
+  CASE WHEN NOT (:full_args OR length(CAST(action_args AS BLOB)) <= :args_inline_bytes)
+    THEN substr(json_remove(action_args, '$.env'), 1, :args_head_chars) END AS args_head,
+  length(CAST(action_args AS BLOB)) AS args_bytes
+FROM schedule_runs
 WHERE (:status IS NULL OR status = :status)
   AND (:action_kind IS NULL OR action_kind = :action_kind)
   AND (:execution_target IS NULL OR execution_target = :execution_target)
