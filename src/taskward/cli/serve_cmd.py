@@ -20,15 +20,16 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 import click
 import uvicorn
 
-from taskward import AdapterConfig, StateDB, TaskAdapterRegistry, open_db
+from taskward import AdapterConfig, StateDB, TaskAdapterRegistry
 from taskward.cli.common import CliState, pass_state, registry_for, run_worker_loop
 from taskward.http import HttpConfig, Metrics, create_app
 from taskward.http.config import TOKENS_ENV, is_loopback
+from taskward.http.state import StoreHandle
 from taskward.models import EXECUTION_TARGETS
 from taskward.runtime import WorkerConfig, WorkerRuntime
 from taskward.store.open import redact
@@ -37,6 +38,10 @@ log = logging.getLogger("taskward.serve")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
+# How long serve/up wait for the store before they listen anyway (answering 503 until it is
+# open): time enough to be told a permanent refusal (PostgresDB.connect probes after 0.2 s), so
+# that a database that does not exist ends the command before it listens.
+STORE_WAIT_S: Final = 3.0
 
 
 class _Server(uvicorn.Server):
@@ -83,14 +88,16 @@ def _announce(
     config: HttpConfig,
     *,
     example_allowed: bool,
-    runtime: WorkerRuntime | None,
+    worker: WorkerConfig | None,
     unfenced: tuple[str, ...] = (),
 ) -> None:
     example = (
         '{"action_kind": "command", "args": {"argv": ["echo", "hello from taskward"]}, '
         '"idempotency_key": "first-task"}'
     )
-    auth = " -H 'Authorization: Bearer $TOKEN'" if config.auth_required else ""
+    # Double quotes: the shell expands $TOKEN (single quotes would send it literally). The
+    # token itself is never printed, only the variable's name.
+    auth = ' -H "Authorization: Bearer $TOKEN"' if config.auth_required else ""
     lines = [
         f"taskward {command}: serving on {base} (store {redact(db_url)})",
         f"  dashboard:   {base}/",
@@ -103,21 +110,24 @@ def _announce(
         lines.append("               (needs echo in TASKWARD_COMMAND_ALLOWLIST)")
     if config.auth_required:
         names = ", ".join(t.name for t in config.tokens)
-        lines.append(f"  access:      API tokens required ({names}); the dashboard asks for one")
+        lines.append(
+            f"  access:      API tokens required ({names}): set TOKEN to yours for the curl "
+            "above; the dashboard asks for one"
+        )
     else:
         lines.append(
             f"  access:      no API token configured: loopback only (set {TOKENS_ENV} to change)"
         )
-    if runtime is not None:
+    if worker is not None:
         lines.append(
-            f"  worker:      {runtime.worker_id}, concurrency {runtime.config.concurrency}, "
-            f"targets {', '.join(runtime.config.execution_targets)}"
+            f"  worker:      {worker.worker_id}, concurrency {worker.concurrency}, "
+            f"targets {', '.join(worker.execution_targets)}"
         )
     if unfenced:
         lines.append(
             f"  adapters:    ALLOW ALL: {' and '.join(unfenced)} run anything a submitter names"
         )
-    if runtime is not None:
+    if worker is not None:
         lines.append(
             "  stop:        Ctrl-C (or SIGTERM) stops the server and lets running tasks finish;"
             " a second one cancels them (they go back to the queue)"
@@ -140,30 +150,49 @@ async def run_service(
     example_allowed: bool,
     unfenced: tuple[str, ...] = (),
 ) -> int:
-    """Serve until a signal; with ``worker_config``, run a worker runtime beside the server."""
+    """Serve until a signal; with ``worker_config``, run a worker runtime beside the server.
+
+    The store opens in the background and is retried for as long as it is away (docs/http.md
+    "Health and failures"): the service listens and answers 503 with Retry-After meanwhile, and
+    the worker of ``up`` starts once the store is open. An error no waiting fixes (a bad URL, a
+    database or role that does not exist, bad credentials) ends the service at once: before it
+    listens when told within ``STORE_WAIT_S``, else as soon as it is."""
     sock = _bind(host, port)
+    store = StoreHandle(url=db_url)
     try:
-        async with open_db(db_url) as db:
-            return await _serve(
-                command=command,
-                db=db,
-                db_url=db_url,
-                sock=sock,
-                host=host,
-                registry=registry,
-                http_config=http_config,
-                worker_config=worker_config,
-                example_allowed=example_allowed,
-                unfenced=unfenced,
+        opening = store.open_in_background()
+        await asyncio.wait({opening}, timeout=STORE_WAIT_S)
+        if opening.done():
+            opening.result()  # a permanent store error: raised before listening
+        else:
+            click.echo(
+                f"taskward {command}: the store {redact(db_url)} is not reachable yet: serving "
+                "anyway, every route answers 503 (Retry-After) until it is back",
+                err=True,
             )
+        return await _serve(
+            command=command,
+            store=store,
+            opening=opening,
+            db_url=db_url,
+            sock=sock,
+            host=host,
+            registry=registry,
+            http_config=http_config,
+            worker_config=worker_config,
+            example_allowed=example_allowed,
+            unfenced=unfenced,
+        )
     finally:
+        await store.close()
         sock.close()
 
 
 async def _serve(
     *,
     command: str,
-    db: StateDB,
+    store: StoreHandle,
+    opening: asyncio.Task[StateDB],
     db_url: str,
     sock: socket.socket,
     host: str,
@@ -174,18 +203,22 @@ async def _serve(
     unfenced: tuple[str, ...],
 ) -> int:
     metrics = Metrics()
-    app = create_app(db, registry, http_config, metrics=metrics)
+    app = create_app(store, registry, http_config, metrics=metrics)
     server = _Server(
         uvicorn.Config(
             app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=10
         )
     )
-    runtime = (
-        WorkerRuntime(db, registry, worker_config, on_event=metrics.worker_event)
-        if worker_config is not None
-        else None
-    )
+    runtime: WorkerRuntime | None = None
+    working: asyncio.Task[int] | None = None
     signals = 0
+
+    async def work(config: WorkerConfig) -> int:
+        """The worker half of ``up``: it starts once the store is open."""
+        nonlocal runtime
+        db = await asyncio.shield(opening)  # raises a permanent store error
+        runtime = WorkerRuntime(db, registry, config, on_event=metrics.worker_event)
+        return await runtime.run()
 
     def on_signal() -> None:
         # The first signal drains, only a second cancels (docs/http.md, like `taskward worker`):
@@ -200,6 +233,8 @@ async def _serve(
             server.should_exit = True
             if runtime is not None:
                 runtime.drain("signal")
+            elif working is not None:
+                working.cancel()  # still waiting for the store: nothing runs yet
         else:
             click.echo(f"taskward {command}: cancelling running tasks", err=True)
             server.force_exit = True
@@ -211,9 +246,8 @@ async def _serve(
         loop.add_signal_handler(sig, on_signal)
     try:
         serving: asyncio.Task[Any] = asyncio.create_task(server.serve(sockets=[sock]))
-        working: asyncio.Task[int] | None = (
-            asyncio.create_task(runtime.run()) if runtime is not None else None
-        )
+        if worker_config is not None:
+            working = asyncio.create_task(work(worker_config))
         # uvicorn exposes no start event, only this flag.
         while not server.started and not serving.done():  # noqa: ASYNC110
             await asyncio.sleep(0.02)
@@ -224,22 +258,33 @@ async def _serve(
                 db_url,
                 http_config,
                 example_allowed=example_allowed,
-                runtime=runtime,
+                worker=worker_config,
                 unfenced=unfenced,
             )
             sys.stdout.flush()
-        pending = {t for t in (serving, working) if t is not None}
-        _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        # ``serve`` watches the store's opening too: a permanent error found once it listens
+        # (the server came back, but the database does not exist) stops it. ``up``'s worker
+        # half awaits the opening itself.
+        watched: set[asyncio.Future[Any]] = {serving}
+        watched.add(working if working is not None else opening)
+        while True:
+            done, watched = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            if done == {opening} and opening.exception() is None:
+                continue  # the store is open: serve on
+            break
         # One half ended (a signal, a failure, a memory-pressure drain): stop the other. The
         # worker drains (idempotent: after a first signal it is draining already), it is
         # never cancelled here.
         server.should_exit = True
-        if runtime is not None and working in pending:
+        if runtime is not None:
             runtime.drain("server stopped")
-        if pending:
-            await asyncio.wait(pending)
+        elif working is not None:
+            working.cancel()  # the store never opened: no worker ran
+        await asyncio.wait({t for t in (serving, working) if t is not None})
         serving.result()  # re-raise a server failure
-        code = working.result() if working is not None else 0
+        if opening.done() and not opening.cancelled():
+            opening.result()  # re-raise a permanent store error
+        code = working.result() if working is not None and not working.cancelled() else 0
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

@@ -46,7 +46,7 @@ def _version() -> str:
 
 
 def create_app(
-    db: StateDB | str | None = None,
+    db: StateDB | StoreHandle | str | None = None,
     registry: TaskAdapterRegistry | None = None,
     config: HttpConfig | None = None,
     *,
@@ -54,15 +54,21 @@ def create_app(
 ) -> FastAPI:
     """The service as an ASGI app.
 
-    ``db``: an open store (its owner closes it) or a URL (opened on first use, closed on
-    shutdown; None means ``TASKWARD_DATABASE_URL`` or the default). ``registry``: the adapters
+    ``db``: an open store (its owner closes it), a URL (opened on first use, closed on
+    shutdown; None means ``TASKWARD_DATABASE_URL`` or the default) or a ``StoreHandle`` (its
+    owner closes it: ``taskward serve``/``up`` open theirs in the background, so the app answers
+    503 while the store is away). ``registry``: the adapters
     submissions are validated against (default: built-ins plus the environment's imports and
     allowlists). ``config``: tokens and limits (default: ``HttpConfig.from_env()``).
     ``metrics``: the in-process metrics, shared with a worker runtime in the same process.
     """
-    store = (
-        StoreHandle(url=resolve_url(db)) if db is None or isinstance(db, str) else StoreHandle(db)
-    )
+    store: StoreHandle
+    if isinstance(db, StoreHandle):
+        store, closes_store = db, False
+    elif db is None or isinstance(db, str):
+        store, closes_store = StoreHandle(url=resolve_url(db)), True
+    else:
+        store, closes_store = StoreHandle(db), True  # closes nothing: the store is not its own
     services = Services(
         store=store,
         registry=registry if registry is not None else build_registry(AdapterConfig.from_env()),
@@ -75,7 +81,8 @@ def create_app(
         try:
             yield
         finally:
-            await store.close()
+            if closes_store:
+                await store.close()
 
     app = FastAPI(
         title="taskward",

@@ -11,7 +11,10 @@ URLs:
       options: ``pool_min``, ``pool_max``, ``open_timeout_s`` (default 10: how long a caller
       waits for a connection before ``StoreUnavailable``), ``reconnect_timeout_s`` (default 5:
       one reconnection attempt of the pool; another follows at once), ``migrate=false``; the
-      rest go to libpq, which must accept them (checked before connecting).
+      rest go to libpq, which must accept them (checked before connecting). Opening waits up
+      to ``open_timeout_s`` for a server that is away, but a refusal no waiting fixes (no such
+      database or role, bad credentials: ``postgres.db.PERMANENT_REFUSALS``) is a
+      ``StoreError`` at once.
 The URL comes from the caller, else ``TASKWARD_DATABASE_URL``, else the default.
 """
 

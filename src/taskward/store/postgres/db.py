@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Final
@@ -137,6 +138,31 @@ TRANSIENT_SQLSTATES: Final = frozenset(
 # 08 connection_exception, 53 insufficient_resources (too many connections, disk full, OOM).
 TRANSIENT_SQLSTATE_CLASSES: Final = frozenset({"08", "53"})
 
+# A server that answered but refused this connection for a reason no waiting fixes: the URL
+# names a database or a role that does not exist, a wrong password, a pg_hba.conf rule, no
+# CONNECT privilege, a database closed to connections, a TLS requirement the server cannot
+# meet. libpq reports a refused connection without its SQLSTATE (psycopg's ``sqlstate`` is
+# None), so they are recognised by the server's words (its default, English lc_messages).
+# Anything else (refused, reset, timed out, too many clients, a server starting up, a message
+# in another language) counts as away and is waited on, as before.
+PERMANENT_REFUSALS: Final = tuple(
+    re.compile(pattern)
+    for pattern in (
+        r'FATAL:\s+database ".*" does not exist',  # 3D000 invalid_catalog_name
+        r'FATAL:\s+role ".*" does not exist',  # 28000 invalid_authorization_specification
+        r"FATAL:\s+\w+ authentication failed for user",  # 28P01 invalid_password (also ident)
+        r"FATAL:\s+no pg_hba\.conf entry",  # 28000
+        r"FATAL:\s+pg_hba\.conf rejects connection",  # 28000
+        r"FATAL:\s+permission denied for database",  # 42501 insufficient_privilege
+        r'FATAL:\s+database ".*" is not currently accepting connections',  # 55000
+        r"fe_sendauth: no password supplied",  # the server wants a password the URL lacks
+        r"server does not support SSL, but SSL was required",  # sslmode=require
+    )
+)
+# A pool that has not opened after this long makes one direct connection of its own, whose error
+# tells a permanent refusal (raised at once) from a server that is away (waited on).
+PROBE_AFTER_S: Final = 0.2
+
 LISTENER_BACKOFF: Final = Backoff(base_s=0.05, cap_s=2.0)
 # A reconnection attempt of the pool gives up after this; the pool then starts another at once
 # (see PostgresDB._reconnect_failed), so its waits between attempts never grow past ~2 s.
@@ -153,6 +179,12 @@ def is_transient(exc: psycopg.Error) -> bool:
     if state is None:  # no answer from a server: refused, reset, lost, pool exhausted
         return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
     return state in TRANSIENT_SQLSTATES or state[:2] in TRANSIENT_SQLSTATE_CLASSES
+
+
+def is_permanent_refusal(cause: str) -> bool:
+    """Whether ``cause`` (a failed connection's message, ``one_line``) is a refusal no waiting
+    fixes (``PERMANENT_REFUSALS``)."""
+    return any(pattern.search(cause) for pattern in PERMANENT_REFUSALS)
 
 
 def translate_error(exc: psycopg.Error) -> StoreError:
@@ -467,18 +499,46 @@ class PostgresDB:
         self.listener_connects = 0
 
     async def connect(self) -> None:
+        """Open the pool, waiting up to ``open_timeout_s`` for a server that is away
+        (``StoreUnavailable``, naming the cause); a permanent refusal (``PERMANENT_REFUSALS``:
+        no such database or role, bad credentials...) is a ``StoreError`` at once. On any
+        failure the pool is closed: it does not go on reconnecting in the background."""
         if self._closed:
             raise StoreError("this store was closed; open a new one")
+        opening = asyncio.ensure_future(self._open_pool())
         try:
-            with translate():
-                await self._pool.open(wait=True, timeout=self._pool.timeout)
-        except StoreUnavailable as exc:
-            # The pool says only that it timed out; one connection of our own says why (the
-            # server refused or is away, a bad sslmode, a wrong password...).
-            cause = await self._connect_error()
-            if cause is None:
-                raise
-            raise StoreUnavailable(f"{exc}; connecting: {cause}") from exc
+            done, _ = await asyncio.wait({opening}, timeout=PROBE_AFTER_S)
+            if not done:
+                # Slow to open: a permanent refusal fails now, not after open_timeout_s.
+                self._raise_if_permanent(await self._connect_error())
+            try:
+                await opening
+            except StoreUnavailable as exc:
+                # The pool says only that it timed out; one connection of our own says why (the
+                # server refused or is away, a bad sslmode, a wrong password...).
+                cause = await self._connect_error()
+                if cause is None:
+                    raise
+                self._raise_if_permanent(cause)
+                raise StoreUnavailable(f"{exc}; connecting: {cause}") from exc
+        except BaseException:
+            if not opening.done():
+                opening.cancel()
+                with contextlib.suppress(BaseException):
+                    await opening
+            await self.close()
+            raise
+
+    async def _open_pool(self) -> None:
+        with translate():
+            await self._pool.open(wait=True, timeout=self._pool.timeout)
+
+    def _raise_if_permanent(self, cause: str | None) -> None:
+        if cause is not None and is_permanent_refusal(cause):
+            raise StoreError(
+                f"PostgreSQL refused the connection to {self.url}, and waiting will not help: "
+                f"{cause} (check the database name, user and password of the URL)"
+            )
 
     async def _connect_error(self) -> str | None:
         """The error one direct connection attempt ends in (None: it succeeded), waiting at
