@@ -21,13 +21,16 @@ from taskward.canonical import canonical_json, dumps
 from taskward.capabilities import host_scoped_concurrency_key, normalize_capabilities
 from taskward.errors import TaskIdempotencyConflict, TaskValidationError
 from taskward.ids import new_id
-from taskward.models import EXECUTION_TARGETS, TaskApplication
+from taskward.models import EXECUTION_TARGETS, TaskApplication, check_key, check_text
+from taskward.models import MAX_KEY_LENGTH as MAX_KEY_LENGTH  # the key rule lives in models
 from taskward.registry import TaskAdapterRegistry
 from taskward.store.port import StateDB
 
 MAX_ARGS_BYTES: Final = 1024 * 1024
-MAX_KEY_LENGTH: Final = 255
-MAX_CAPABILITIES: Final = 64
+# Capabilities are labels a worker advertises and a claim matches (ADR-0071 D5): a few short
+# tokens. More, or longer, is a mistake or an attempt to bloat every claim's comparison.
+MAX_CAPABILITIES: Final = 32
+MAX_CAPABILITY_LENGTH: Final = 128
 ADMISSION_SOURCES: Final = frozenset({"library", "cli", "http", "schedule"})
 
 
@@ -62,17 +65,9 @@ def _optional_text(field: str, value: object) -> str | None:
     return value
 
 
-def _check_text(field: str, value: str) -> None:
-    """Refuse text no backend can store alike: PostgreSQL keeps no NUL character and UTF-8 has
-    no lone surrogates. Without this, such input passes on SQLite and is a store error on
-    PostgreSQL; with it, both answer with a validation error (R14)."""
-    if "\x00" in value:
-        raise TaskValidationError(field, value, "text without NUL (\\u0000) characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        shown = value.encode("utf-8", "backslashreplace").decode("utf-8")
-        raise TaskValidationError(field, shown, "valid Unicode text (no lone surrogates)") from None
+# Every text field is valid UTF-8 without NUL (R14): the one rule admission, cancellation and
+# schedules share, in ``models``.
+_check_text = check_text
 
 
 def _check_json_text(field: str, value: Any) -> None:
@@ -88,22 +83,55 @@ def _check_json_text(field: str, value: Any) -> None:
             _check_json_text(f"{field}[{i}]", item)
 
 
+_CAPABILITY_ALLOWED: Final = (
+    f"at most {MAX_CAPABILITIES} labels, each 1..{MAX_CAPABILITY_LENGTH} printable characters "
+    "without surrounding whitespace"
+)
+
+
 def _capabilities(value: object) -> list[str]:
     if (type(value) is list or type(value) is tuple) and not value:
         return []  # most applications: nothing to check
     if not isinstance(value, Sequence) or isinstance(value, str | bytes):
         raise TaskValidationError("required_capabilities", value, "a list of non-empty strings")
-    for token in value:
-        if not isinstance(token, str) or not token.strip() or token != token.strip():
-            raise TaskValidationError(
-                "required_capabilities", token, "non-empty strings without surrounding whitespace"
-            )
-        _check_text("required_capabilities", token)
+    # Bounded before any label is looked at: the count, then each label's length (R8).
     if len(value) > MAX_CAPABILITIES:
         raise TaskValidationError(
-            "required_capabilities", f"{len(value)} tokens", f"at most {MAX_CAPABILITIES}"
+            "required_capabilities", f"{len(value)} labels", _CAPABILITY_ALLOWED
         )
+    for token in value:
+        if not isinstance(token, str) or not token.strip() or token != token.strip():
+            raise TaskValidationError("required_capabilities", token, _CAPABILITY_ALLOWED)
+        if len(token) > MAX_CAPABILITY_LENGTH:
+            raise TaskValidationError(
+                "required_capabilities", f"a label of {len(token)} characters", _CAPABILITY_ALLOWED
+            )
+        if not token.isprintable():
+            _check_text("required_capabilities", token)  # a NUL or a lone surrogate, named
+            raise TaskValidationError("required_capabilities", token, _CAPABILITY_ALLOWED)
     return normalize_capabilities(value)
+
+
+def _check_timeout(args: Mapping[str, Any], max_s: float) -> None:
+    """``args.timeout_s`` of any kind: absent or null (the worker's default deadline), else a
+    number of seconds in (0, max_s]. R5: a claim sets ``deadline_at = now + timeout_s`` for
+    every kind, so an unbounded value (1e308) is a deadline no timestamp holds and a task that
+    never leaves ``running``; it is refused here, before anything is stored."""
+    timeout = args.get("timeout_s")
+    if timeout is None:
+        return
+    # ``not 0 < t <= max`` also refuses NaN, and compares a huge int exactly (no overflow).
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout <= max_s
+    ):
+        raise TaskValidationError(
+            "args.timeout_s",
+            timeout,
+            f"a number of seconds > 0 and <= {max_s:g} (this deployment's maximum, "
+            "TASKWARD_MAX_TASK_TIMEOUT_S), or absent for the worker's default",
+        )
 
 
 @lru_cache(maxsize=4096)
@@ -144,16 +172,14 @@ def validate_application(
     if not isinstance(app, TaskApplication):
         raise TaskValidationError("application", type(app).__name__, "a TaskApplication")
     key = app.idempotency_key
-    if not isinstance(key, str) or not key.strip():
-        raise TaskValidationError("idempotency_key", key, "a non-empty string (ADR-0072 D1)")
-    key = key.strip()
-    _check_text("idempotency_key", key)
-    if len(key) > MAX_KEY_LENGTH:
-        raise TaskValidationError(
-            "idempotency_key", f"{len(key)} characters", f"at most {MAX_KEY_LENGTH} characters"
-        )
+    # ADR-0072 D1: surrounding whitespace is not part of a key; the rest is models.check_key.
+    key = check_key("idempotency_key", key.strip() if isinstance(key, str) else key)
+    if isinstance(app.action_kind, str):
+        _check_text("action_kind", app.action_kind)  # before the registry echoes it back
     kind, adapter = registry.resolve(app.action_kind)
     if app.execution_target not in EXECUTION_TARGETS:
+        if isinstance(app.execution_target, str):
+            _check_text("execution_target", app.execution_target)
         raise TaskValidationError(
             "execution_target", app.execution_target, sorted(EXECUTION_TARGETS)
         )
@@ -187,6 +213,8 @@ def validate_application(
             f"at most {MAX_ARGS_BYTES} bytes of JSON",
         )
     args = dict(app.args)
+    if "timeout_s" in args:
+        _check_timeout(args, registry.max_task_timeout_s)
     capabilities = _capabilities(app.required_capabilities)
     library_ref = _optional_text("library_ref", app.library_ref)
     library_hash = _optional_text("library_content_hash", app.library_content_hash)

@@ -17,12 +17,21 @@ from taskward.canonical import dumps
 from taskward.errors import TaskNotFound, TaskValidationError
 from taskward.ids import new_id
 from taskward.lifecycle import Status, is_terminal
-from taskward.models import Actor, CancelResult, StateReason, TransitionRequest
+from taskward.models import (
+    Actor,
+    CancelResult,
+    StateReason,
+    TransitionRequest,
+    check_key,
+    check_text,
+    shown_text,
+)
 from taskward.store.port import StateDB, Tx
 from taskward.transitions import KeyAlreadyUsed, apply_transition, request_hash
 
 _DIRECT = (Status.QUEUED, Status.WAITING_DEPENDENCY, Status.RETRY_WAIT)
 _MAX_ROUNDS = 8
+MAX_REASON_LENGTH = 1000  # as the HTTP body's and the dashboard form's limit
 
 
 def _cancel_key(key: str) -> str:
@@ -66,10 +75,20 @@ async def request_task_cancel(
 
     Raises:
         TaskNotFound: no such task.
-        TaskValidationError: empty idempotency key.
+        TaskValidationError: a bad idempotency key (the key rule of admission,
+            ``models.check_key``) or reason (text of at most ``MAX_REASON_LENGTH`` characters).
     """
-    if not isinstance(idempotency_key, str) or not idempotency_key.strip():
-        raise TaskValidationError("idempotency_key", idempotency_key, "a non-empty string")
+    # Checked before any SQL (R14): the same key and text rules as admission, so a NUL or a
+    # lone surrogate is a validation error on both backends, never a driver error.
+    check_key("idempotency_key", idempotency_key)
+    if not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH:
+        shown = f"{len(reason)} characters" if isinstance(reason, str) else reason
+        raise TaskValidationError(
+            "reason", shown, f"text of at most {MAX_REASON_LENGTH} characters"
+        )
+    check_text("reason", reason)
+    if not isinstance(task_id, str) or "\x00" in task_id or shown_text(task_id) != task_id:
+        raise TaskNotFound(shown_text(task_id) if isinstance(task_id, str) else repr(task_id))
     for _ in range(_MAX_ROUNDS):
         try:
             async with db.transaction(now=now) as tx:

@@ -1,7 +1,9 @@
 """Pure data of the records: TaskApplication (ADR-0072 D1) and the transition models (D3, D5).
 
 No I/O here. Validation of a TaskApplication against a deployment's adapters lives in
-``admission``; these types only carry values.
+``admission``; these types only carry values. The text rules every binding shares (what any
+stored string and any idempotency key may hold) live here, below admission, cancellation and
+schedules alike, so all three enforce one rule.
 """
 
 from __future__ import annotations
@@ -12,10 +14,68 @@ from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from taskward.errors import TaskValidationError
+
 EXECUTION_TARGETS: Final[frozenset[str]] = frozenset(
     {"host", "local_worktree", "daytona", "remote_agent", "process"}
 )
 DEFAULT_EXECUTION_TARGET: Final = "host"
+
+# Idempotency keys (admission, cancellation, manual schedule fires): 1..255 characters.
+MAX_KEY_LENGTH: Final = 255
+KEY_ALLOWED: Final = (
+    f"a non-empty string of at most {MAX_KEY_LENGTH} printable characters (letters, digits, "
+    "punctuation, symbols and the space; no control characters, no NUL, no lone surrogates)"
+)
+
+
+def shown_text(value: str) -> str:
+    """``value`` as text that always encodes: a lone surrogate becomes ``\\udXXX``."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def check_text(field: str, value: str) -> None:
+    """Refuse text no backend can store alike: PostgreSQL keeps no NUL character and UTF-8 has
+    no lone surrogates (a JSON ``"\\ud800"`` escape, or a shell argument decoded with
+    surrogateescape). Without this, such input passes on SQLite, fails in its driver with a
+    UnicodeEncodeError (a 500) and is a store error on PostgreSQL; with it, every binding
+    answers with a validation error naming the field (R14). The one text rule of admission,
+    cancellation and schedules."""
+    allowed = None
+    if "\x00" in value:
+        allowed = "text without NUL (\\u0000) characters"
+    elif not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            allowed = "valid Unicode text (no lone surrogates)"
+    if allowed is not None:
+        # The error carries the escaped text (it must encode wherever it is shown); the
+        # message is the repr of what was given (``'x\\ud800'``).
+        raise TaskValidationError(
+            field,
+            shown_text(value),
+            allowed,
+            message=f"{field} {value!r} is invalid; allowed: {allowed}",
+        )
+
+
+def check_key(field: str, value: object) -> str:
+    """An idempotency key as given: non-empty, at most ``MAX_KEY_LENGTH`` characters, valid
+    text and printable (``str.isprintable``: no control characters such as tab or newline, no
+    format or separator characters other than the ASCII space). Returns it unchanged.
+
+    Keys are shown in logs, headers and the CLI's lines; a newline in one forges a line, and a
+    key nobody can type again cannot be used to retry (ADR-0072 D1)."""
+    if not isinstance(value, str) or not value.strip():
+        raise TaskValidationError(field, value, KEY_ALLOWED)
+    if len(value) > MAX_KEY_LENGTH:
+        raise TaskValidationError(field, f"{len(value)} characters", KEY_ALLOWED)
+    if not value.isprintable():
+        check_text(field, value)  # a NUL or a lone surrogate, named as such
+        raise TaskValidationError(field, value, KEY_ALLOWED)
+    return value
+
 
 ActorType = Literal["scheduler", "operator", "system", "webhook", "agent"]
 ACTOR_TYPES: Final[tuple[str, ...]] = ("scheduler", "operator", "system", "webhook", "agent")

@@ -9,12 +9,33 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from taskward.errors import AdapterNotRegistered, TaskValidationError
 
 # `playbook` is accepted at the boundary and becomes `play` before hashing (R8).
 DEFAULT_ALIASES: Mapping[str, str] = {"playbook": "play"}
+
+# The largest ``args.timeout_s`` admission accepts, for every kind (R5: a claim sets
+# ``deadline_at = now + timeout_s``, so an unbounded value is a deadline no timestamp can hold).
+# Configurable per deployment (``TASKWARD_MAX_TASK_TIMEOUT_S``), never above the ceiling.
+DEFAULT_MAX_TASK_TIMEOUT_S: Final = 7 * 24 * 3600.0
+MAX_TASK_TIMEOUT_CEILING_S: Final = 10 * 366 * 24 * 3600.0
+
+
+def check_max_task_timeout(field_name: str, value: object) -> float:
+    """A deployment's maximum task timeout: seconds in (0, ``MAX_TASK_TIMEOUT_CEILING_S``]."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= MAX_TASK_TIMEOUT_CEILING_S
+    ):
+        raise TaskValidationError(
+            field_name,
+            value,
+            f"a number of seconds > 0 and <= {MAX_TASK_TIMEOUT_CEILING_S:.0f} (ten years)",
+        )
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -86,16 +107,20 @@ class TaskAdapter(Protocol):
 
 
 class TaskAdapterRegistry:
-    """Action kind -> adapter, plus input aliases normalised before admission hashes."""
+    """Action kind -> adapter, plus input aliases normalised before admission hashes, plus
+    the deployment's ``max_task_timeout_s`` (the largest ``args.timeout_s`` admission accepts
+    for any kind; default ``DEFAULT_MAX_TASK_TIMEOUT_S``, 7 days)."""
 
     def __init__(
         self,
         adapters: Iterable[TaskAdapter] = (),
         *,
         aliases: Mapping[str, str] | None = None,
+        max_task_timeout_s: float = DEFAULT_MAX_TASK_TIMEOUT_S,
     ) -> None:
         self._adapters: dict[str, TaskAdapter] = {}
         self._aliases: dict[str, str] = dict(DEFAULT_ALIASES if aliases is None else aliases)
+        self.max_task_timeout_s = check_max_task_timeout("max_task_timeout_s", max_task_timeout_s)
         for adapter in adapters:
             self.register(adapter)
 

@@ -45,7 +45,13 @@ from taskward.errors import (
 from taskward.ids import new_id
 from taskward.lifecycle import ACTIVE
 from taskward.loops import raise_if_cancelling
-from taskward.models import DEFAULT_EXECUTION_TARGET, TaskApplication
+from taskward.models import (
+    DEFAULT_EXECUTION_TARGET,
+    TaskApplication,
+    check_key,
+    check_text,
+    shown_text,
+)
 from taskward.registry import TaskAdapterRegistry
 from taskward.store.port import Row, StateDB
 from taskward.store.retry import Streak, loop_backoff
@@ -127,20 +133,28 @@ def _check_choice(field_name: str, value: object, allowed: Sequence[str]) -> str
     return value
 
 
+_NAME_ALLOWED: Final = (
+    f"a non-empty string of at most {MAX_NAME_LENGTH} printable characters without "
+    "surrounding whitespace"
+)
+
+
 def _check_name(name: object) -> str:
-    if (
-        not isinstance(name, str)
-        or not name.strip()
-        or name != name.strip()
-        or len(name) > MAX_NAME_LENGTH
-    ):
-        raise TaskValidationError(
-            "name",
-            name,
-            f"a non-empty string without surrounding whitespace, at most {MAX_NAME_LENGTH}"
-            " characters",
-        )
+    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH:
+        shown = f"{len(name)} characters" if isinstance(name, str) else name
+        raise TaskValidationError("name", shown, _NAME_ALLOWED)
+    if not name.strip() or name != name.strip() or not name.isprintable():
+        check_text("name", name)  # a NUL or a lone surrogate, named as such
+        raise TaskValidationError("name", name, _NAME_ALLOWED)
     return name
+
+
+def _check_texts(**fields: object) -> None:
+    """The text rule of admission (``models.check_text``: valid UTF-8, no NUL) on each text
+    field of a definition, before any of them is parsed, echoed in an error or stored (R14)."""
+    for field_name, value in fields.items():
+        if isinstance(value, str):
+            check_text(field_name, value)
 
 
 async def _now(db: StateDB, now: float | None) -> float:
@@ -180,6 +194,14 @@ async def create_schedule(
             registry, args, ...); a name a live schedule already uses. Nothing is written.
     """
     _check_name(name)
+    _check_texts(
+        action_kind=action_kind,
+        execution_target=execution_target,
+        cron=cron,
+        timezone=timezone,
+        misfire_policy=misfire_policy,
+        overlap_policy=overlap_policy,
+    )
     _check_choice("misfire_policy", misfire_policy, MISFIRE_POLICIES)
     _check_int("catch_up_max", catch_up_max, 1, MAX_CATCH_UP)
     _check_int("misfire_grace_s", misfire_grace_s, 0, MAX_MISFIRE_GRACE_S)
@@ -251,6 +273,11 @@ async def get_schedule(db: StateDB, schedule_ref: str) -> Row:
     Raises:
         ScheduleNotFound: neither matches.
     """
+    # No row holds a NUL or a lone surrogate (admission refuses both): not found, without SQL.
+    if not isinstance(schedule_ref, str):
+        raise ScheduleNotFound(repr(schedule_ref))
+    if "\x00" in schedule_ref or shown_text(schedule_ref) != schedule_ref:
+        raise ScheduleNotFound(shown_text(schedule_ref))
     row = await db.fetchone("schedule_get", {"id": schedule_ref})
     if row is None:
         row = await db.fetchone("schedule_get_by_name", {"name": schedule_ref})
@@ -342,6 +369,7 @@ async def fire_schedule(
     row = await get_schedule(db, schedule_ref)
     _refuse_removed(row, "fired")
     key = manual_fire_key(row["id"]) if idempotency_key is None else idempotency_key
+    check_key("idempotency_key", key)  # admission's key rule, before its shape is read
     prefix = f"manual:{row['id']}:"
     try:
         suffix = key.removeprefix(prefix)

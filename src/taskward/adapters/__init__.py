@@ -20,7 +20,12 @@ from taskward.adapters.launcher import DEFAULT_LAUNCHER, LAUNCHER_KINDS, Launche
 from taskward.adapters.python import PythonAdapter, PythonFunctionAdapter, task, task_functions
 from taskward.adapters.workflow import FileWorkflowLibrary, WorkflowAdapter, WorkflowLibrary
 from taskward.errors import TaskValidationError
-from taskward.registry import TaskAdapter, TaskAdapterRegistry
+from taskward.registry import (
+    DEFAULT_MAX_TASK_TIMEOUT_S,
+    TaskAdapter,
+    TaskAdapterRegistry,
+    check_max_task_timeout,
+)
 
 __all__ = [
     "LAUNCHER_KINDS",
@@ -41,6 +46,22 @@ ALLOW_ALL: Final = "*"
 
 def _split(value: str | None) -> tuple[str, ...]:
     return tuple(p.strip() for p in (value or "").replace(";", ",").split(",") if p.strip())
+
+
+ENV_MAX_TASK_TIMEOUT: Final = "TASKWARD_MAX_TASK_TIMEOUT_S"
+
+
+def _max_task_timeout(value: str | None) -> float:
+    """``TASKWARD_MAX_TASK_TIMEOUT_S``: unset or empty is the 7-day default."""
+    text = (value or "").strip()
+    if not text:
+        return DEFAULT_MAX_TASK_TIMEOUT_S
+    seconds: object
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = text  # not a number: refused below, as given
+    return check_max_task_timeout(ENV_MAX_TASK_TIMEOUT, seconds)
 
 
 def _allowlist(value: str | None) -> frozenset[str] | None:
@@ -67,12 +88,15 @@ class AdapterConfig:
     imports: tuple[str, ...] = ()
     launcher: str = DEFAULT_LAUNCHER
     workflow_library: Path | None = None
+    # The largest args.timeout_s admission accepts for any kind (R5; TASKWARD_MAX_TASK_TIMEOUT_S).
+    max_task_timeout_s: float = DEFAULT_MAX_TASK_TIMEOUT_S
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> AdapterConfig:
         """Read ``TASKWARD_COMMAND_ALLOWLIST``, ``TASKWARD_PYTHON_MODULES`` (comma-separated;
-        ``*`` allows all), ``TASKWARD_IMPORTS``, ``TASKWARD_LAUNCHER`` and
-        ``TASKWARD_WORKFLOW_LIBRARY``; keyword ``overrides`` win (a CLI's flags)."""
+        ``*`` allows all), ``TASKWARD_IMPORTS``, ``TASKWARD_LAUNCHER``,
+        ``TASKWARD_WORKFLOW_LIBRARY`` and ``TASKWARD_MAX_TASK_TIMEOUT_S`` (seconds; default
+        604800, 7 days); keyword ``overrides`` win (a CLI's flags)."""
         env = os.environ if environ is None else environ
         library = env.get("TASKWARD_WORKFLOW_LIBRARY", "").strip()
         config = cls(
@@ -81,6 +105,7 @@ class AdapterConfig:
             imports=_split(env.get("TASKWARD_IMPORTS")),
             launcher=env.get("TASKWARD_LAUNCHER", "").strip() or DEFAULT_LAUNCHER,
             workflow_library=Path(library) if library else None,
+            max_task_timeout_s=_max_task_timeout(env.get(ENV_MAX_TASK_TIMEOUT)),
         )
         return dataclasses.replace(config, **overrides)
 
@@ -124,7 +149,7 @@ def build_registry(
             collides with another or with an alias, or the workflow library is no directory.
     """
     config = config or AdapterConfig()
-    registry = TaskAdapterRegistry()
+    registry = TaskAdapterRegistry(max_task_timeout_s=config.max_task_timeout_s)
     registry.register(CommandAdapter(allowlist=config.command_allowlist))
     functions = task_functions(_import(name) for name in config.imports)
     registry.register(PythonAdapter(modules=config.python_modules, functions=functions))

@@ -28,8 +28,10 @@ from taskward.registry import CancellationToken, TaskExecutionResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 _MARK: Final = "__taskward_task__"
-_TARGET: Final = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
-_KIND: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$")
+# Matched with ``fullmatch`` only: ``match`` with ``$`` also accepts a trailing newline
+# (``"json:dumps\n"``), which no worker can resolve and every log line would carry.
+_TARGET: Final = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+_KIND: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
 # Keys of a task's args that the worker maps onto the host task (R10) or reads for its deadline
 # (R5); a decorated function receives them only if it declares a parameter of that name.
 _HOST_KEYS: Final = frozenset({"objective", "cwd", "timeout_s"})
@@ -70,7 +72,7 @@ def task(target: Any = None, /, *, kind: str | None = None) -> Any:
 
 def _mark(fn: F, kind: object) -> F:
     name = fn.__name__ if kind is None else kind
-    if not isinstance(name, str) or not _KIND.match(name):
+    if not isinstance(name, str) or not _KIND.fullmatch(name):
         raise TaskValidationError(
             "kind", name, "a non-empty name of letters, digits, '_', '.', ':' or '-'"
         )
@@ -373,7 +375,7 @@ class PythonAdapter:
 
     def validate_args(self, args: dict[str, Any]) -> None:
         target = args.get("function")
-        if not isinstance(target, str) or not _TARGET.match(target):
+        if not isinstance(target, str) or not _TARGET.fullmatch(target):
             raise TaskValidationError("args.function", target, "'module:function'")
         if target.endswith("__") and target.rpartition(":")[2].startswith("__"):
             raise TaskValidationError("args.function", target, "a function that is not a dunder")

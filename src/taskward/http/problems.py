@@ -8,6 +8,7 @@ before their bases (STYLE.md section 4).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -35,6 +36,9 @@ log = logging.getLogger("taskward.http")
 PROBLEM_JSON: Final = "application/problem+json"
 _TYPE_PREFIX: Final = "urn:taskward:problem:"
 _MAX_VALUE_CHARS: Final = 200
+_MAX_DETAIL_CHARS: Final = 2000
+_MAX_DEPTH: Final = 8
+_MAX_INT_BITS: Final = 1024  # Python refuses to print an int of more than 4300 digits
 
 # (error class, status, problem type slug, title)
 ERROR_TABLE: Final[tuple[tuple[type[Exception], int, str, str], ...]] = (
@@ -94,16 +98,51 @@ def problem_response(
         body["instance"] = instance
     body.update({k: v for k, v in extensions.items() if v is not None})
     return JSONResponse(
-        body, status_code=status, headers=dict(headers or {}), media_type=PROBLEM_JSON
+        _encodable(body), status_code=status, headers=dict(headers or {}), media_type=PROBLEM_JSON
     )
 
 
-def _shown_value(value: Any) -> Any:
-    """The rejected value, if it is small and plain; else a truncated repr."""
-    if value is None or isinstance(value, bool | int | float):
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _encodable(value: Any, depth: int = 0) -> Any:
+    """``value`` as JSON that always renders: an error response never fails on what it echoes
+    (DESIGN.md "Guarantees": bad input is a 4xx, never a 500). A lone surrogate becomes a
+    ``\\udXXX`` escape, a non-finite float its name, an integer too long to print its size,
+    anything else not JSON its repr; every text is bounded."""
+    if value is None or isinstance(value, bool):
         return value
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= _MAX_VALUE_CHARS else text[:_MAX_VALUE_CHARS] + "..."
+    if isinstance(value, int):
+        return (
+            value if value.bit_length() <= _MAX_INT_BITS else f"<int of {value.bit_length()} bits>"
+        )
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, str):
+        text = _bounded(value, _MAX_DETAIL_CHARS)
+        return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()
+    if depth < _MAX_DEPTH and isinstance(value, Mapping):
+        return {str(_encodable(k, depth + 1)): _encodable(v, depth + 1) for k, v in value.items()}
+    if depth < _MAX_DEPTH and isinstance(value, list | tuple):
+        return [_encodable(v, depth + 1) for v in value]
+    return _encodable(_bounded(_safe_repr(value), _MAX_VALUE_CHARS), depth)
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:  # a hostile __repr__ must not turn a 422 into a 500
+        return f"<{type(value).__name__}>"
+
+
+def _shown_value(value: Any) -> Any:
+    """The rejected value, if it is small and plain; else a truncated repr. Always encodable
+    (``_encodable``): the value may be the very text that was refused for not being UTF-8."""
+    if value is None or isinstance(value, bool | int | float):
+        return _encodable(value)
+    text = value if isinstance(value, str) else _safe_repr(value)
+    return _encodable(_bounded(text, _MAX_VALUE_CHARS))
 
 
 def problem_for_error(exc: TaskwardError, *, instance: str, retry_after_s: int) -> JSONResponse:
@@ -128,7 +167,7 @@ def problem_for_error(exc: TaskwardError, *, instance: str, retry_after_s: int) 
         extensions.update(schedule_ref=exc.schedule_ref)
     if isinstance(exc, NotificationNotFound | NotificationNotRetryable):
         extensions.update(notification_id=exc.notification_id)
-    detail = " ".join(str(exc).split())
+    detail = _bounded(" ".join(str(exc).split()), _MAX_DETAIL_CHARS)
     if isinstance(exc, StoreError):
         log.warning("store failure answering %s: %r", instance, exc, exc_info=exc)
         headers["Retry-After"] = str(retry_after_s)
