@@ -10,6 +10,7 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from taskward.cursors import MAX_CURSOR_LENGTH
 from taskward.errors import NotificationNotFound, ScheduleNotFound, TaskValidationError
 from taskward.http.api import IdempotencyHeader, problems
 from taskward.http.auth import Principal, require
@@ -319,7 +320,7 @@ async def notifications(
     status: Annotated[str | None, Query(json_schema_extra=_enum(OUTBOX_STATUSES))] = None,
     task_id: Annotated[str | None, Query(max_length=MAX_REF_LENGTH)] = None,
     limit: Annotated[int, Query(ge=1, le=OUTBOX_MAX_LIST)] = 50,
-    cursor: Annotated[str | None, Query(max_length=1000)] = None,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_LENGTH)] = None,
 ) -> dict[str, Any]:
     for name, value in (("task_id", task_id), ("cursor", cursor)):
         _no_nul(name, value)
