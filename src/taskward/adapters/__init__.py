@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from taskward.adapters.command import CommandAdapter
 from taskward.adapters.launcher import DEFAULT_LAUNCHER, LAUNCHER_KINDS, LauncherAdapter
+from taskward.adapters.process import ENV_CHILD_ENV_PASSTHROUGH, parse_env_passthrough
 from taskward.adapters.python import PythonAdapter, PythonFunctionAdapter, task, task_functions
 from taskward.adapters.workflow import FileWorkflowLibrary, WorkflowAdapter, WorkflowLibrary
 from taskward.errors import TaskValidationError
@@ -80,7 +81,9 @@ class AdapterConfig:
     ``imports``: modules whose ``@taskward.task`` functions register under their own kinds (and
     are callable through ``python`` too). ``launcher``: the program the launcher kinds run.
     ``workflow_library``: the directory of workflow definitions; without one there is no
-    ``workflow`` kind. The defaults allow no command and no module.
+    ``workflow`` kind. ``child_env_passthrough``: worker variables (names, ``PREFIX*``) that
+    command, launcher and workflow children see beyond the basics (``process.child_environment``;
+    never the API tokens or other secrets). The defaults allow no command and no module.
     """
 
     command_allowlist: frozenset[str] | None = frozenset()
@@ -88,6 +91,8 @@ class AdapterConfig:
     imports: tuple[str, ...] = ()
     launcher: str = DEFAULT_LAUNCHER
     workflow_library: Path | None = None
+    # Worker variables children may see beyond the basics (names or PREFIX* patterns).
+    child_env_passthrough: tuple[str, ...] = ()
     # The largest args.timeout_s admission accepts for any kind (R5; TASKWARD_MAX_TASK_TIMEOUT_S).
     max_task_timeout_s: float = DEFAULT_MAX_TASK_TIMEOUT_S
 
@@ -95,8 +100,9 @@ class AdapterConfig:
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> AdapterConfig:
         """Read ``TASKWARD_COMMAND_ALLOWLIST``, ``TASKWARD_PYTHON_MODULES`` (comma-separated;
         ``*`` allows all), ``TASKWARD_IMPORTS``, ``TASKWARD_LAUNCHER``,
-        ``TASKWARD_WORKFLOW_LIBRARY`` and ``TASKWARD_MAX_TASK_TIMEOUT_S`` (seconds; default
-        604800, 7 days); keyword ``overrides`` win (a CLI's flags)."""
+        ``TASKWARD_WORKFLOW_LIBRARY``, ``TASKWARD_CHILD_ENV_PASSTHROUGH`` and
+        ``TASKWARD_MAX_TASK_TIMEOUT_S`` (seconds; default 604800, 7 days); keyword
+        ``overrides`` win (a CLI's flags)."""
         env = os.environ if environ is None else environ
         library = env.get("TASKWARD_WORKFLOW_LIBRARY", "").strip()
         config = cls(
@@ -105,6 +111,7 @@ class AdapterConfig:
             imports=_split(env.get("TASKWARD_IMPORTS")),
             launcher=env.get("TASKWARD_LAUNCHER", "").strip() or DEFAULT_LAUNCHER,
             workflow_library=Path(library) if library else None,
+            child_env_passthrough=parse_env_passthrough(env.get(ENV_CHILD_ENV_PASSTHROUGH)),
             max_task_timeout_s=_max_task_timeout(env.get(ENV_MAX_TASK_TIMEOUT)),
         )
         return dataclasses.replace(config, **overrides)
@@ -150,16 +157,23 @@ def build_registry(
     """
     config = config or AdapterConfig()
     registry = TaskAdapterRegistry(max_task_timeout_s=config.max_task_timeout_s)
-    registry.register(CommandAdapter(allowlist=config.command_allowlist))
+    passthrough = config.child_env_passthrough
+    registry.register(
+        CommandAdapter(allowlist=config.command_allowlist, env_passthrough=passthrough)
+    )
     functions = task_functions(_import(name) for name in config.imports)
     registry.register(PythonAdapter(modules=config.python_modules, functions=functions))
     for kind in LAUNCHER_KINDS:
-        registry.register(LauncherAdapter(kind, launcher=config.launcher))
+        registry.register(
+            LauncherAdapter(kind, launcher=config.launcher, env_passthrough=passthrough)
+        )
     if config.workflow_library is not None:
         library = Path(config.workflow_library)
         if not library.is_dir():
             raise TaskValidationError("workflow_library", str(library), "an existing directory")
-        registry.register(WorkflowAdapter(FileWorkflowLibrary(library)))
+        registry.register(
+            WorkflowAdapter(FileWorkflowLibrary(library), env_passthrough=passthrough)
+        )
     for function_adapter in functions.values():
         registry.register(function_adapter)
     for adapter in extra_adapters:
