@@ -30,6 +30,7 @@ import pytest
 from taskward.cli.serve_cmd import _announce
 from taskward.http import HttpConfig
 from taskward.runtime import WorkerConfig
+from taskward.store.postgres.db import is_permanent_refusal
 from tests.conftest import PG_URL, StoreFactory
 from tests.worker_procs import wait_until
 
@@ -178,6 +179,31 @@ async def test_a_permanent_refusal_ends_the_command_at_once_naming_the_cause(
     assert took < 15, (took, output)
     assert cause in output and "waiting will not help" in output, output
     assert "serving on" not in output and "Traceback" not in output, output
+
+
+_AT = 'connection failed: connection to server at "10.0.0.7", port 5432 failed:'
+
+
+@pytest.mark.parametrize(
+    ("message", "permanent"),
+    [
+        (f'{_AT} FATAL: password authentication failed for user "app"', True),
+        (f'{_AT} FATAL: no pg_hba.conf entry for host "10.0.0.2", user "app", database "tw"', True),
+        (f'{_AT} FATAL: permission denied for database "tw" DETAIL: User does not have CONNECT '
+         "privilege.", True),
+        (f"{_AT} fe_sendauth: no password supplied", True),
+        (f'{_AT} FATAL: database "template0" is not currently accepting connections', True),
+        (f"{_AT} FATAL: sorry, too many clients already", False),
+        (f"{_AT} FATAL: the database system is starting up", False),
+        (f"{_AT} Connection refused Is the server running on that host and accepting TCP/IP "
+         "connections?", False),
+        (f"{_AT} timeout expired", False),
+        (f'{_AT} FATAL: la base de données « tw » n\'existe pas', False),  # localized: waited on
+    ],
+)  # fmt: skip
+def test_only_refusals_no_waiting_fixes_are_permanent(message: str, permanent: bool) -> None:
+    """The refusals the connection tests cannot provoke (the shared server trusts everyone)."""
+    assert is_permanent_refusal(message) is permanent
 
 
 # -- a server that is away: listen, 503, recover -----------------------------------------------
