@@ -159,7 +159,8 @@ async def test_the_one_statement_claim_writes_what_the_paged_pass_writes(
     from its request. Two stores with the same applications, claimed at the same time one way
     each, must hold the same rows column by column: the runs (lease, deadline, projection),
     the facts (request hash recomputed from the request the paged pass would build) and the
-    events. Timeouts cover the default, an explicit one and zero (the default again)."""
+    events. Timeouts cover the default, an explicit one and null (the default again; admission refuses
+    zero)."""
     from taskward.claims import _claim_transition
     from taskward.transitions import request_hash
 
@@ -173,7 +174,7 @@ async def test_the_one_statement_claim_writes_what_the_paged_pass_writes(
             ids = [
                 await submit(db, "nap", {"seconds": 0, **timeout}, now=T0 + i)
                 for i, timeout in enumerate(
-                    [{}, {"timeout_s": 7.5}, {"timeout_s": 0}, {}, {"timeout_s": 1000}]
+                    [{}, {"timeout_s": 7.5}, {"timeout_s": None}, {}, {"timeout_s": 1000}]
                 )
             ]
             leases = await claim_runs(db, use, now=T0 + 10)
