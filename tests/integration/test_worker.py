@@ -159,8 +159,8 @@ async def test_the_one_statement_claim_writes_what_the_paged_pass_writes(
     from its request. Two stores with the same applications, claimed at the same time one way
     each, must hold the same rows column by column: the runs (lease, deadline, projection),
     the facts (request hash recomputed from the request the paged pass would build) and the
-    events. Timeouts cover the default, an explicit one and null (the default again; admission refuses
-    zero)."""
+    events. Timeouts cover the default, an explicit one and null (the default again;
+    admission refuses zero)."""
     from taskward.claims import _claim_transition
     from taskward.transitions import request_hash
 
