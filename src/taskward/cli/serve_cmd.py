@@ -206,7 +206,14 @@ async def _serve(
     app = create_app(store, registry, http_config, metrics=metrics)
     server = _Server(
         uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=10
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=10,
+            # The peer is the client unless the deployment names its proxies (HttpConfig).
+            proxy_headers=bool(http_config.trusted_proxies),
+            forwarded_allow_ips=list(http_config.trusted_proxies) or None,
         )
     )
     runtime: WorkerRuntime | None = None

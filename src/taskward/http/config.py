@@ -35,6 +35,7 @@ AUTH_MAX_FAILURES_ENV: Final = "TASKWARD_AUTH_MAX_FAILURES"
 AUTH_WINDOW_ENV: Final = "TASKWARD_AUTH_FAILURE_WINDOW_S"
 AUTH_BLOCK_ENV: Final = "TASKWARD_AUTH_BLOCK_S"
 AUTH_MAX_BLOCK_ENV: Final = "TASKWARD_AUTH_MAX_BLOCK_S"
+TRUSTED_PROXIES_ENV: Final = "TASKWARD_TRUSTED_PROXIES"
 LOOPBACK_HOSTS: Final[tuple[str, ...]] = ("localhost", "127.0.0.1", "::1")
 
 _NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
@@ -152,6 +153,11 @@ class HttpConfig:
     retry_after_s: int = 5
     dashboard_poll_s: float = 2.0
     auth_limits: FailureLimits = field(default_factory=FailureLimits)
+    # Proxies whose X-Forwarded-For names the client (TASKWARD_TRUSTED_PROXIES). None by default:
+    # the peer address is the client, so a local caller cannot pick the address the
+    # failed-authentication limit counts by sending a forwarded header (uvicorn alone trusts
+    # 127.0.0.1 by default).
+    trusted_proxies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_unique(self.tokens, "tokens")
@@ -201,7 +207,7 @@ class HttpConfig:
     ) -> HttpConfig:
         """Read tokens (``TASKWARD_API_TOKENS``, ``TASKWARD_API_TOKENS_FILE`` or
         ``tokens_file``), ``TASKWARD_HTTP_MAX_BODY_BYTES``, ``TASKWARD_SESSION_SECRET`` and the
-        failed-authentication limits (``TASKWARD_AUTH_*``)."""
+        failed-authentication limits (``TASKWARD_AUTH_*``) and ``TASKWARD_TRUSTED_PROXIES``."""
         env = os.environ if environ is None else environ
         tokens = list(parse_tokens(env.get(TOKENS_ENV, "").split(",")))
         path = tokens_file or env.get(TOKENS_FILE_ENV, "").strip()
@@ -220,7 +226,13 @@ class HttpConfig:
             block_s=_number(env, AUTH_BLOCK_ENV, defaults.block_s, float),
             max_block_s=_number(env, AUTH_MAX_BLOCK_ENV, defaults.max_block_s, float),
         )
-        config = cls(tokens=tuple(tokens), max_body_bytes=max_body_bytes, auth_limits=auth_limits)
+        proxies = tuple(p.strip() for p in env.get(TRUSTED_PROXIES_ENV, "").split(",") if p.strip())
+        config = cls(
+            tokens=tuple(tokens),
+            max_body_bytes=max_body_bytes,
+            auth_limits=auth_limits,
+            trusted_proxies=proxies,
+        )
         secret = env.get(SESSION_SECRET_ENV, "")
         if secret:
             config = dataclasses.replace(config, session_secret=secret.encode("utf-8"))
