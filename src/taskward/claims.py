@@ -33,6 +33,7 @@ from taskward.capabilities import (
 )
 from taskward.groupcommit import GroupCommit
 from taskward.models import Actor, StateReason, TransitionRequest
+from taskward.registry import MAX_TASK_TIMEOUT_CEILING_S
 from taskward.settings import DEFAULT_MAX_ATTEMPTS
 from taskward.store.port import Row, StateDB, Tx
 from taskward.transitions import (
@@ -58,7 +59,7 @@ DEFAULT_TASK_TIMEOUT_SECONDS: Final = 240.0
 # before that bound existed is clamped here, so no claim commits a deadline or lease the host
 # cannot turn into a ``Task`` (a datetime) and the reaper cannot act on. run_claim_batch
 # (PostgreSQL's one-statement pass) clamps with the same value (:max_timeout_s).
-MAX_TASK_TIMEOUT_SECONDS: Final = 366 * 86400.0
+MAX_TASK_TIMEOUT_SECONDS: Final = MAX_TASK_TIMEOUT_CEILING_S
 DEFAULT_LEASE_SLACK_SECONDS: Final = 30.0
 CLAIM_PAGE_SIZE: Final = 50
 CLAIM_SCAN_CAP: Final = 5000

@@ -18,9 +18,11 @@ DEFAULT_ALIASES: Mapping[str, str] = {"playbook": "play"}
 
 # The largest ``args.timeout_s`` admission accepts, for every kind (R5: a claim sets
 # ``deadline_at = now + timeout_s``, so an unbounded value is a deadline no timestamp can hold).
-# Configurable per deployment (``TASKWARD_MAX_TASK_TIMEOUT_S``), never above the ceiling.
+# Configurable per deployment (``TASKWARD_MAX_TASK_TIMEOUT_S``), never above the ceiling, which
+# is also the longest deadline a claim ever grants (claims.MAX_TASK_TIMEOUT_SECONDS clamps a row
+# stored before this bound with the same value).
 DEFAULT_MAX_TASK_TIMEOUT_S: Final = 7 * 24 * 3600.0
-MAX_TASK_TIMEOUT_CEILING_S: Final = 10 * 366 * 24 * 3600.0
+MAX_TASK_TIMEOUT_CEILING_S: Final = 366 * 24 * 3600.0
 
 
 def check_max_task_timeout(field_name: str, value: object) -> float:
@@ -33,7 +35,7 @@ def check_max_task_timeout(field_name: str, value: object) -> float:
         raise TaskValidationError(
             field_name,
             value,
-            f"a number of seconds > 0 and <= {MAX_TASK_TIMEOUT_CEILING_S:.0f} (ten years)",
+            f"a number of seconds > 0 and <= {MAX_TASK_TIMEOUT_CEILING_S:.0f} (366 days)",
         )
     return float(value)
 
