@@ -1,0 +1,66 @@
+"""The notification outbox (ADR-0072 D6, DESIGN.md R12): the deliverer, its targets (signed
+webhooks, a local command), operator retry, purge and the read side.
+
+Rows move ``pending -> delivering -> delivered | dead_letter | expired``; a failed attempt
+returns to ``pending`` with a next-attempt time, an expired deliverer lease returns to
+``pending``, and an operator retry returns ``dead_letter``/``expired`` to ``pending``. Every
+statement here touches ``dispatch_outbox`` only: delivery state never changes a task (D6).
+Terminal transitions enqueue their notification themselves (``transitions.apply_transition``).
+
+Known limits: delivery is at least once — a receiver dedupes by the notification ``id`` (or
+``dedup_key``), both inside the signed body. A webhook request runs in a worker thread
+(urllib); when it outlives its timeout the deliverer counts a failed attempt and moves on, but
+the thread may still finish sending it. With no target configured nothing is claimed: rows stay
+``pending`` (and expire at ``expires_at``) until a target is configured.
+
+One owner per module; imports inside the package point one way (nothing imports ``deliverer``
+or ``api``, ``signing`` imports no sibling):
+
+- ``signing``: the envelope every target receives, its HMAC signature and the webhook headers.
+- ``targets`` -> ``signing``: the target protocol, ``WebhookTarget``, ``CommandTarget``.
+- ``config`` -> ``targets``: ``Backoff``, ``OutboxConfig`` and its ``from_env``.
+- ``deliverer`` -> ``config``, ``targets``, ``signing``: ``OutboxDeliverer``, the claim and
+  lease of rows.
+- ``api`` -> ``targets`` (its seconds validator only): enqueue and the operator's list, get,
+  count, retry and purge; otherwise the store alone.
+
+This module re-exports the names the rest of taskward and its tests import.
+"""
+
+from taskward.outbox.api import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_TTL_S,
+    MAX_LIST_LIMIT,
+    OUTBOX_STATUSES,
+    count_notifications,
+    enqueue_notification,
+    get_notification,
+    list_notifications,
+    purge_notifications,
+    retry_notification,
+)
+from taskward.outbox.config import Backoff, OutboxConfig
+from taskward.outbox.deliverer import OutboxDeliverer
+from taskward.outbox.signing import envelope, verify_signature
+from taskward.outbox.targets import CommandTarget, DeliveryFailed, WebhookTarget
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_TTL_S",
+    "MAX_LIST_LIMIT",
+    "OUTBOX_STATUSES",
+    "Backoff",
+    "CommandTarget",
+    "DeliveryFailed",
+    "OutboxConfig",
+    "OutboxDeliverer",
+    "WebhookTarget",
+    "count_notifications",
+    "enqueue_notification",
+    "envelope",
+    "get_notification",
+    "list_notifications",
+    "purge_notifications",
+    "retry_notification",
+    "verify_signature",
+]
