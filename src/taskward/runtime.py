@@ -34,8 +34,10 @@ from taskward.claims import (
 )
 from taskward.execution import RetryPolicy
 from taskward.host.engine_host import ResidentEngineHost
-from taskward.host.local import AdapterRunner, LocalSummaryStore, LocalTaskSource, TaskSession
 from taskward.host.models import Task
+from taskward.host.runner import AdapterRunner, TaskSession
+from taskward.host.source import LocalTaskSource
+from taskward.host.summaries import LocalSummaryStore
 from taskward.loops import raise_if_cancelling
 from taskward.maintenance.reaper import (
     DEFAULT_DEADLINE_GRACE_SECONDS,

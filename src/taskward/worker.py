@@ -34,8 +34,8 @@ from taskward.claims import (
     new_worker_id,
 )
 from taskward.execution import RetryPolicy, execute_lease, settle_lease
-from taskward.host.local import LocalSummaryStore
 from taskward.host.models import SessionSummary
+from taskward.host.summaries import LocalSummaryStore
 from taskward.loops import raise_if_cancelling
 from taskward.maintenance.reaper import reap_expired_leases
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult

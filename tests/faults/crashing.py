@@ -360,9 +360,9 @@ def _wrap_store(cls: Any, point: CrashPoint, dialect: str) -> None:
 
 
 def _wrap_adapter_runs(point: CrashPoint) -> None:
-    import taskward.host.local as local
+    import taskward.host.runner as runner
 
-    original = local.execute_lease
+    original = runner.execute_lease
 
     async def execute_lease(*args: Any, **kwargs: Any) -> Any:
         armed = point.before({"run"})
@@ -370,7 +370,7 @@ def _wrap_adapter_runs(point: CrashPoint) -> None:
         point.after(armed)
         return result
 
-    local.execute_lease = execute_lease  # type: ignore[assignment]
+    runner.execute_lease = execute_lease  # type: ignore[assignment]
 
 
 def arm(spec: str) -> CrashPoint:

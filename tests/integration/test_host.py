@@ -36,7 +36,7 @@ from taskward.host import (
     resolve_manifest,
 )
 from taskward.host.engine_host import manifest_ref_for, session_key_for
-from taskward.host.local import _write_summaries
+from taskward.host.summaries import _write_summaries
 from taskward.maintenance.reaper import promote_due_retries, reap_expired_leases
 from taskward.reads import count_by_status
 from taskward.registry import CancellationToken, TaskAdapterRegistry
@@ -391,7 +391,7 @@ async def test_the_adapter_result_reaches_the_terminal_transition(db: StateDB) -
     assert summary is not None and summary["state"] == "complete"
     assert summary["summary"]["facts"]["operation_statuses"] == {"command": "completed"}
     # The host's facts are of the shape summary_json splices (its fast path, every task).
-    from taskward.host.local import _host_facts_json
+    from taskward.host.summaries import _host_facts_json
 
     assert _host_facts_json(summary["summary"]["facts"]) is not None
 

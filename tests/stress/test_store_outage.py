@@ -29,8 +29,8 @@ from taskward.adapters import AdapterConfig, build_registry
 from taskward.checker import assert_invariants
 from taskward.errors import StoreError, StoreUnavailable, TaskValidationError
 from taskward.execution import RetryPolicy
-from taskward.host.local import LocalSummaryStore
 from taskward.host.models import SessionSummary
+from taskward.host.summaries import LocalSummaryStore
 from taskward.http import HttpConfig, create_app
 from taskward.runtime import WorkerConfig, WorkerRuntime
 from taskward.store.postgres.db import translate_error

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from taskward import transitions
 from taskward.canonical import canonical_json, content_hash, dumps, plain_canonical_json
-from taskward.host.local import summary_json
 from taskward.host.models import SessionSummary
+from taskward.host.summaries import summary_json
 from taskward.models import Actor, StateReason, TransitionRequest
 from taskward.transitions import request_hash
 
@@ -205,7 +205,7 @@ def test_the_hosts_facts_spliced_equal_the_models_canonical_json(
     """The host's own facts (engine_host's _summary: these keys, usually these types) are
     spliced key by key; any value of another type, or a non-finite float, takes the generic
     path. Either way the text is the model's canonical JSON, or the same error."""
-    from taskward.host.local import HOST_FACT_KEYS
+    from taskward.host.summaries import HOST_FACT_KEYS
 
     assert sorted(values) == list(HOST_FACT_KEYS)
     _assert_summary_json_is_the_models(values, narrative, manifest_ref)

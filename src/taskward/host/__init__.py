@@ -1,17 +1,19 @@
 """The resident engine host (ADR-0037): models, ports, the host, and the in-tree local source
 and summary store over taskward's store."""
 
-from taskward.host.engine_host import ResidentEngineHost, TaskRunFailure
-from taskward.host.local import (
-    AdapterRunner,
-    LocalSummaryStore,
-    LocalTaskSource,
-    SummaryConflict,
-    TaskSession,
-    resolve_manifest,
-)
+from taskward.host.engine_host import ResidentEngineHost
+from taskward.host.manifest import resolve_manifest
 from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
-from taskward.host.ports import FinishesInOneStep, SummaryNotWritten, SummaryStore, TaskSource
+from taskward.host.ports import (
+    FinishesInOneStep,
+    SummaryNotWritten,
+    SummaryStore,
+    TaskRunFailure,
+    TaskSource,
+)
+from taskward.host.runner import AdapterRunner, TaskSession
+from taskward.host.source import LocalTaskSource
+from taskward.host.summaries import LocalSummaryStore, SummaryConflict
 
 __all__ = [
     "AdapterRunner",

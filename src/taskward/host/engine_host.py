@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
-from taskward.host.ports import FinishesInOneStep, SummaryNotWritten, SummaryStore, TaskSource
+from taskward.host.ports import (
+    FinishesInOneStep,
+    SummaryNotWritten,
+    SummaryStore,
+    TaskRunFailure,
+    TaskSource,
+)
 from taskward.loops import raise_if_cancelling
 from taskward.store.retry import STORE_BACKOFF, Streak, retry_while_unavailable
 
@@ -48,16 +54,6 @@ DEFAULT_IDLE_WAIT_S = 0.5
 SHUTDOWN_GRACE_S = 10.0
 CWD_CHECK_TTL_S = 1.0  # how long a task directory found to exist is not checked again
 CWD_CHECK_CACHE = 256  # directories remembered at once
-
-
-class TaskRunFailure(Exception):
-    """Raised by a runner to report a classified failure (code and retryability)."""
-
-    def __init__(self, code: str, detail: str, *, retryable: bool) -> None:
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
-        self.retryable = retryable
 
 
 class _HostShutdown(Exception):

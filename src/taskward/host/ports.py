@@ -36,6 +36,16 @@ class SummaryStore(Protocol):
         ...
 
 
+class TaskRunFailure(Exception):
+    """Raised by a runner to report a classified failure (code and retryability)."""
+
+    def __init__(self, code: str, detail: str, *, retryable: bool) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.retryable = retryable
+
+
 class SummaryNotWritten(Exception):
     """Raised by ``FinishesInOneStep.complete_with_summary`` when the summary could not be
     written (a conflict, a bad value): nothing was completed, and the host reports the task's

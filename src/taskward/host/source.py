@@ -1,17 +1,16 @@
-"""The in-tree TaskSource and SummaryStore (ADR-0037 D6) over taskward's own store.
+"""The in-tree TaskSource (ADR-0037 D6) over taskward's own store.
 
 ``LocalTaskSource.claim()`` is the same guarded ``queued -> running`` lease claim the worker
 functions use (``claims.claim_runs``), and acknowledgements are guarded terminal transitions
 judged by database state (R4). The adapter's ``TaskExecutionResult`` reaches the terminal
 transition through a side channel of this source (``record_result``), never through extra model
-fields (R10). ``LocalSummaryStore`` keeps summaries in the ``task_summaries`` table.
+fields (R10).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 from collections import OrderedDict
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final
 
-from taskward.canonical import canonical_json, json_string, plain_canonical_json, text_hash
+from taskward.canonical import canonical_json, json_string
 from taskward.claims import (
     CLAIM_CAP,
     Claimed,
@@ -36,14 +35,12 @@ from taskward.errors import StoreUnavailable, TransitionIdempotencyConflict
 from taskward.execution import (
     Outcome,
     RetryPolicy,
-    execute_lease,
     finish_build,
     finish_run,
     outcome_for,
     record_stale_result,
 )
 from taskward.groupcommit import GroupCommit
-from taskward.host.engine_host import TaskRunFailure
 from taskward.host.models import (
     SessionSummary,
     Task,
@@ -53,13 +50,14 @@ from taskward.host.models import (
     checked_task,
 )
 from taskward.host.ports import SummaryNotWritten, SummaryStore
+from taskward.host.summaries import LocalSummaryStore
 from taskward.models import Actor, TransitionResult
-from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
+from taskward.registry import CancellationToken, TaskExecutionResult
 from taskward.settings import get_max_attempts
 from taskward.store.port import Row, StateDB, Tx
 from taskward.transitions import Built, apply_built, finish_call, finish_results
 
-log = logging.getLogger("taskward.host.local")
+log = logging.getLogger("taskward.host.source")
 
 # Recent acknowledgements kept for exact in-process replays (a lost reply is retried at once);
 # older replays are judged by the database. Bounded so a long-lived worker does not grow.
@@ -78,10 +76,6 @@ class ClaimedRun:
     lease: Lease
     token: CancellationToken = field(default_factory=CancellationToken)
     result: TaskExecutionResult | None = None
-
-
-class SummaryConflict(ValueError):
-    """A different summary was written for a session key that is already complete (D4)."""
 
 
 @dataclass
@@ -629,32 +623,6 @@ class LocalTaskSource:
         )
 
 
-async def _write_summaries(tx: Tx, params: list[dict[str, Any]]) -> list[Row | None]:
-    """GroupCommit's combine for summaries: one multi-row ``summary_write_many``; a session
-    whose row was not written gets None, exactly as ``summary_write`` alone would answer."""
-    if await _all_summaries_written(tx, params):
-        return [{"session_key": p["session_key"]} for p in params]
-    # Some row was complete already (a replay or a conflict). Ours are those holding this
-    # transaction's time and our hash; a row complete before now is another write's.
-    rows = await tx.fetch_batch(
-        [("summary_get", {"session_key": p["session_key"]}) for p in params]
-    )
-    return [
-        {"session_key": p["session_key"]}
-        if row is not None
-        and row["updated_at"] == tx.now
-        and row["summary_hash"] == p["summary_hash"]
-        else None
-        for p, row in zip(params, rows, strict=True)
-    ]
-
-
-async def _all_summaries_written(tx: Tx, params: list[dict[str, Any]]) -> bool:
-    """Write every summary; True when each was written (none was complete already)."""
-    [count] = await tx.write_many([("summary_write_many", params)])
-    return count == len(params)
-
-
 # Acknowledgements are frozen models: the few possible answers are built once.
 _APPLIED: Final = TaskAck(applied=True)
 _APPLIED_AT_CEILING: Final = TaskAck(applied=True, rejection="attempt_ceiling")
@@ -705,233 +673,4 @@ def _result_payload(result: TaskResult) -> tuple[dict[str, Any], str]:
     )
 
 
-# The facts the host writes for every task (engine_host.ResidentEngineHost._summary), in
-# sorted order: what ``_host_facts_json`` splices.
-HOST_FACT_KEYS: Final = (
-    "artifact_refs",
-    "attempt",
-    "degrade_reason",
-    "degraded",
-    "elapsed_ms",
-    "ended_at",
-    "operation_statuses",
-    "run_id",
-    "started_at",
-    "task_id",
-    "usage",
-)
-_HOST_FACT_SET: Final = frozenset(HOST_FACT_KEYS)
-
-
-def _host_facts_json(facts: dict[str, Any]) -> str | None:
-    """``canonical_json(facts)`` for the host's own facts, spliced key by key in sorted
-    order (the summary of every task); None for any other shape or a value of another type."""
-    if facts.keys() != _HOST_FACT_SET:
-        return None
-    attempt, elapsed, degraded = facts["attempt"], facts["elapsed_ms"], facts["degraded"]
-    strings = (
-        facts["degrade_reason"],
-        facts["ended_at"],
-        facts["run_id"],
-        facts["started_at"],
-        facts["task_id"],
-    )
-    if (
-        type(attempt) is not int
-        or type(elapsed) is not float
-        or not math.isfinite(elapsed)
-        or type(degraded) is not bool
-        or any(type(value) is not str for value in strings)
-    ):
-        return None
-    refs = plain_canonical_json(facts["artifact_refs"])
-    statuses = plain_canonical_json(facts["operation_statuses"])
-    usage = plain_canonical_json(facts["usage"])
-    if refs is None or statuses is None or usage is None:
-        return None
-    reason, ended, run_id, started, task_id = (json_string(value) for value in strings)
-    return (
-        f'{{"artifact_refs":{refs},"attempt":{attempt!r},"degrade_reason":{reason},'
-        f'"degraded":{"true" if degraded else "false"},"elapsed_ms":{elapsed!r},'
-        f'"ended_at":{ended},"operation_statuses":{statuses},"run_id":{run_id},'
-        f'"started_at":{started},"task_id":{task_id},"usage":{usage}}}'
-    )
-
-
-def summary_json(summary: SessionSummary) -> str:
-    """The canonical JSON of ``summary.model_dump(mode="json")``, which the summary row stores
-    and hashes. The host's own summaries hold plain JSON facts and are encoded directly (every
-    task finishes through here; its usual facts spliced by ``_host_facts_json``); anything else
-    goes through the model. Tests hold the two equal."""
-    if type(summary) is SessionSummary:
-        facts = _host_facts_json(summary.facts)
-        narrative = summary.narrative
-        if facts is not None and (narrative is None or type(narrative) is str):
-            return (
-                f'{{"facts":{facts},"manifest_ref":{json_string(summary.manifest_ref)},'
-                f'"narrative":{"null" if narrative is None else json_string(narrative)}}}'
-            )
-        text = plain_canonical_json(
-            {
-                "facts": summary.facts,
-                "manifest_ref": summary.manifest_ref,
-                "narrative": summary.narrative,
-            }
-        )
-        if text is not None:
-            return text
-    return canonical_json(summary.model_dump(mode="json"))
-
-
-class LocalSummaryStore:
-    """A SummaryStore over the ``task_summaries`` table (D4 semantics)."""
-
-    def __init__(self, db: StateDB, *, group: GroupCommit | None = None) -> None:
-        self.db = db
-        self.group = group if group is not None else GroupCommit(db)
-
-    @staticmethod
-    def _split(session_key: str) -> tuple[str | None, int | None]:
-        task_id, sep, attempt = session_key.rpartition(":")
-        if sep and attempt.isdigit():
-            return task_id, int(attempt)
-        return None, None
-
-    def params(self, session_key: str, summary: SessionSummary) -> dict[str, Any]:
-        """The ``summary_write`` parameters for ``summary`` under ``session_key``."""
-        text = summary_json(summary)
-        task_id, attempt = self._split(session_key)
-        return {
-            "session_key": session_key,
-            "task_id": task_id,
-            "attempt": attempt,
-            "summary": text,
-            "summary_hash": text_hash(text),
-        }
-
-    async def write(
-        self, session_key: str, summary: SessionSummary, *, alone: bool = False
-    ) -> None:
-        """Insert, or complete a pending row; summaries finishing together share one commit
-        and one pipelined round of statements (``alone``: a transaction of its own)."""
-        params = self.params(session_key, summary)
-        if alone:
-            written = await self.db.fetchone("summary_write", params)
-        else:
-            written = await self.group.run_many(
-                "summary_write",
-                params,
-                _write_summaries,
-                fallback=lambda: self.db.fetchone("summary_write", params),
-            )
-        if written is not None:
-            return
-        existing = await self.db.fetchone("summary_get", {"session_key": session_key})
-        if existing is None or existing["summary_hash"] != params["summary_hash"]:
-            raise SummaryConflict(
-                f"session {session_key!r} already has a different complete summary"
-            )
-
-    async def mark_pending(self, session_key: str, reason: str) -> None:
-        task_id, attempt = self._split(session_key)
-        await self.db.fetchone(
-            "summary_mark_pending",
-            {
-                "session_key": session_key,
-                "task_id": task_id,
-                "attempt": attempt,
-                "reason": reason[:4000],
-            },
-        )
-
-    async def get(self, session_key: str) -> Row | None:
-        return await self.db.fetchone("summary_get", {"session_key": session_key})
-
-
-class TaskSession:
-    """A fresh, per-task session: the mutable state one run may touch (D3 isolation)."""
-
-    def __init__(self) -> None:
-        self.operation_statuses: dict[str, str] = {}
-        self.artifact_refs: list[dict[str, Any]] = []
-        self.usage: dict[str, Any] = {}
-
-
-class AdapterRunner:
-    """``run_task`` for the host: dispatch the claimed run through the adapter registry."""
-
-    def __init__(self, registry: TaskAdapterRegistry, source: LocalTaskSource) -> None:
-        self.registry = registry
-        self.source = source
-
-    async def __call__(self, task: Task, session: Any) -> dict[str, Any]:
-        claim = self.source.claimed(task.id)
-        # The host's watchdog bounds the run (D5): no second one inside.
-        result = await execute_lease(
-            self.registry, claim.row, claim.lease, cancellation=claim.token, watchdog=False
-        )
-        self.source.record_result(task.id, result)
-        kind = claim.lease.action_kind
-        if isinstance(session, TaskSession):
-            session.operation_statuses[kind] = result.status
-            session.artifact_refs.extend(result.evidence_refs)
-        if result.status == "completed":
-            return {
-                "operation_statuses": {kind: "completed"},
-                "artifact_refs": list(result.evidence_refs),
-                "usage": {},
-                "exit_code": result.exit_code,
-            }
-        if result.status == "cancelled":
-            raise TaskRunFailure("cancelled", result.error_detail or "cancelled", retryable=False)
-        if result.status == "timed_out":
-            # The adapter's own deadline: retryable only when the adapter says so (ADR-0072 D4;
-            # the host's watchdog, which fires first, reports its own retryable ``deadline``).
-            raise TaskRunFailure(
-                "deadline", result.error_detail or "timed out", retryable=result.retryable
-            )
-        raise TaskRunFailure(
-            "flow_failed", result.error_detail or "failed", retryable=result.retryable
-        )
-
-
-async def resolve_manifest(db: StateDB, manifest_ref: str) -> dict[str, Any]:
-    """Resolve a host manifest reference to the run's row, facts and summary."""
-    from urllib.parse import parse_qs, urlsplit
-
-    parts = urlsplit(manifest_ref)
-    if parts.scheme != "taskward" or not parts.path.startswith("schedule_runs/"):
-        raise ValueError(f"not a taskward manifest reference: {manifest_ref!r}")
-    task_id = parts.path.removeprefix("schedule_runs/")
-    attempt = int(parse_qs(parts.query).get("attempt", ["0"])[0])
-    row = await db.fetchone("run_get", {"id": task_id})
-    facts = await db.fetchall("fact_list", {"entity_id": task_id})
-    summary = await db.fetchone("summary_get", {"session_key": f"{task_id}:{attempt}"})
-    # That attempt's lease is the one its claim fact recorded; the row only holds the latest.
-    lease = next(
-        (
-            f["lease_id"]
-            for f in facts
-            if f["status"] == "running"
-            and f["lease_id"]
-            and str(f["lease_id"]).rpartition("/")[2] == str(attempt)
-        ),
-        None,
-    )
-    return {
-        "row": row,
-        "facts": facts,
-        "summary": summary,
-        "lease_id": lease,
-    }
-
-
-__all__ = [
-    "AdapterRunner",
-    "ClaimedRun",
-    "LocalSummaryStore",
-    "LocalTaskSource",
-    "SummaryConflict",
-    "TaskSession",
-    "resolve_manifest",
-]
+__all__ = ["ClaimedRun", "LocalTaskSource"]
