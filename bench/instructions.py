@@ -507,88 +507,89 @@ def make_report(
     args: argparse.Namespace, layers: Sequence[str], repeats: Sequence[dict[str, dict[str, Any]]]
 ) -> dict[str, Any]:
     """The JSON report: instructions a task by layer (median over repeats, and each repeat),
-    the spread between repeats, the drain's cost by object, the children's own figures."""
+    the spread between repeats, each layer's self cost by object (first repeat), and what the
+    children reported beside their count (the drain's batches, the replay's statements)."""
     per_repeat = [budget({k: runs[k]["total"] / args.count for k in layers}) for runs in repeats]
-    names = list(per_repeat[0])
-    median = {k: round(statistics.median(r[k] for r in per_repeat)) for k in names}
+    median = {k: round(statistics.median(r[k] for r in per_repeat)) for k in per_repeat[0]}
     spread = {
         k: round((max(r[k] for r in per_repeat) / min(r[k] for r in per_repeat) - 1) * 100, 3)
         for k in layers
     }
     first = repeats[0]
-    report: dict[str, Any] = {
+    shown = {  # objects holding at least 0.1 % of some layer's count
+        name
+        for run in first.values()
+        for name, ir in run["by_object"].items()
+        if ir >= run["total"] / 1000
+    }
+    by_object = [
+        {
+            "object": name,
+            **{k: round(first[k]["by_object"].get(name, 0) / args.count) for k in layers},
+        }
+        for name in shown
+    ]
+    by_object.sort(key=lambda row: [-row[k] for k in layers])
+    own = ("total", "by_object", "violations", "taskward")
+    taskward_dir = first[layers[0]]["taskward"]
+    return {
         "instructions_per_task": median,
         "repeats": [{k: round(v) for k, v in r.items()} for r in per_repeat],
         "spread_pct": spread,
-    }
-    if "drain" in first:
-        drain = first["drain"]
-        total = drain["total"]
-        objects = sorted(drain["by_object"].items(), key=lambda item: -item[1])
-        report["drain_by_object"] = [
-            {
-                "object": name,
-                "per_task": round(ir / args.count),
-                "share_pct": round(ir / total * 100, 1),
-            }
-            for name, ir in objects
-            if ir / total >= 0.001
-        ]
-        report["drain"] = {
-            k: v
-            for k, v in drain.items()
-            if k not in ("total", "by_object", "violations", "taskward")
-        }
-    if "sql" in first:
-        report["sql"] = {k: v for k, v in first["sql"].items() if k.endswith("_per_task")}
-    taskward_dir = first[layers[0]]["taskward"]
-    report.update(
-        backend=args.backend,
-        count=args.count,
-        concurrency=args.concurrency,
-        taskward=taskward_dir,
+        "by_object_per_task": by_object,
+        "children": [
+            {k: {f: v for f, v in run.items() if f not in own} for k, run in runs.items()}
+            for runs in repeats
+        ],
+        "backend": args.backend,
+        "count": args.count,
+        "concurrency": args.concurrency,
+        "taskward": taskward_dir,
         **tree_version(taskward_dir),
-        python=platform.python_version(),
-        valgrind=subprocess.run(
-            ["valgrind", "--version"], capture_output=True, text=True
+        "python": platform.python_version(),
+        "valgrind": subprocess.run(
+            ["valgrind", "--version"], capture_output=True, text=True, check=False
         ).stdout.strip(),
-        violations=[
+        "violations": [
             f"{layer}: {v}"
             for runs in repeats
             for layer, run in runs.items()
             for v in run["violations"]
         ],
-    )
-    return report
+    }
 
 
 def render_report(report: dict[str, Any]) -> str:
-    per_task = report["instructions_per_task"]
-    rows = [
+    """The report as two tables: the layers by repeat, and the layers by object."""
+    per_task, spread = report["instructions_per_task"], report["spread_pct"]
+    runs = report["repeats"]
+    text = render_table(
         [
-            layer,
-            f"{per_task[layer]:,}",
-            *(f"{r[layer]:,}" for r in report["repeats"]),
-            f"{report['spread_pct'][layer]:.3f} %" if layer in report["spread_pct"] else "",
-        ]
-        for layer in per_task
-    ]
-    headers = [
-        "layer (instructions a task)",
-        "median",
-        *(f"run {i + 1}" for i in range(len(report["repeats"]))),
-        "spread",
-    ]
-    text = render_table(headers, rows)
-    if "drain_by_object" in report:
-        text += "\n\n" + render_table(
-            ["the drain by object (self)", "per task", "share"],
+            "layer (instructions a task)",
+            "median",
+            *(f"run {i + 1}" for i in range(len(runs))),
+            "spread",
+        ],
+        [
             [
-                [o["object"], f"{o['per_task']:,}", f"{o['share_pct']} %"]
-                for o in report["drain_by_object"]
-            ],
+                layer,
+                f"{per_task[layer]:,}",
+                *(f"{r[layer]:,}" for r in runs),
+                f"{spread[layer]:.3f} %" if layer in spread else "",
+            ]
+            for layer in per_task
+        ],
+    )
+    layers = list(spread)
+    rows = report["by_object_per_task"]
+    return (
+        text
+        + "\n\n"
+        + render_table(
+            ["self cost by object (a task, run 1)", *layers],
+            [[row["object"], *(f"{row[k]:,}" for k in layers)] for row in rows],
         )
-    return text
+    )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

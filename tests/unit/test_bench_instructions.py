@@ -86,29 +86,35 @@ def test_children_run_under_nice_and_callgrind_with_instrumentation_off(tmp_path
     assert instructions.valgrind_argv(tmp_path / "out", [], nice=0)[0] == "valgrind"
 
 
-def test_report_gives_the_budget_the_spread_and_the_drain_by_object() -> None:
+def test_report_gives_the_budget_the_spread_and_the_cost_by_object() -> None:
     args = argparse.Namespace(backend="sqlite", count=10, concurrency=4)
 
-    def run(total: int) -> dict[str, object]:
-        return {"total": total, "by_object": {"libpython": total}, "violations": [],
-                "taskward": "/nowhere"}  # fmt: skip
+    def run(total: int, sqlite: int = 0, **extra: object) -> dict[str, object]:
+        by_object = {"libpython": total - sqlite, "libsqlite3": sqlite}
+        return {"total": total, "by_object": by_object, "violations": [],
+                "taskward": "/nowhere", **extra}  # fmt: skip
 
     repeats = [
-        {"drain": run(1000), "host": run(200), "adapter": run(100), "sql": run(300)},
-        {"drain": run(1010), "host": run(200), "adapter": run(100), "sql": run(300)},
-    ]
+        {"drain": run(1000, 400, batches=3), "host": run(200), "adapter": run(100),
+         "sql": run(300, 250)},
+        {"drain": run(1010, 400, batches=4), "host": run(200), "adapter": run(100),
+         "sql": run(300, 250)},
+    ]  # fmt: skip
     report = instructions.make_report(args, ["drain", "host", "adapter", "sql"], repeats)
+    assert report["instructions_per_task"]["taskward"] == 40  # median of 40 and 41, rounded
     assert report["repeats"] == [
         {"drain": 100, "host": 20, "adapter": 10, "sql": 30, "taskward": 40},
         {"drain": 101, "host": 20, "adapter": 10, "sql": 30, "taskward": 41},
     ]
-    assert report["spread_pct"]["drain"] == 1.0 and report["spread_pct"]["host"] == 0.0
-    assert report["drain_by_object"] == [
-        {"object": "libpython", "per_task": 100, "share_pct": 100.0}
+    assert report["spread_pct"] == {"drain": 1.0, "host": 0.0, "adapter": 0.0, "sql": 0.0}
+    assert report["by_object_per_task"] == [
+        {"object": "libpython", "drain": 60, "host": 20, "adapter": 10, "sql": 5},
+        {"object": "libsqlite3", "drain": 40, "host": 0, "adapter": 0, "sql": 25},
     ]
+    assert [c["drain"] for c in report["children"]] == [{"batches": 3}, {"batches": 4}]
     assert report["violations"] == []
     text = instructions.render_report(report)
-    assert "taskward" in text and "libpython" in text and "1.000 %" in text
+    assert "taskward" in text and "libsqlite3" in text and "1.000 %" in text
 
 
 def test_a_child_refuses_to_run_outside_valgrind() -> None:
