@@ -67,7 +67,7 @@ async def test_same_key_different_payloads_have_one_winner_and_explicit_conflict
 ) -> None:
     variants = [f"v{n}" for n in range(PROCESSES)]
     results = await asyncio.to_thread(race, db_url, tmp_path, variants)
-    rows, _ = await taskward.list_tasks(db, limit=500)
+    rows, _ = await taskward.list_tasks(db, limit=500, full_args=True)
     assert len(rows) == KEYS
     by_key = {r["idempotency_key"]: r for r in rows}
     for i in range(KEYS):
