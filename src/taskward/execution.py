@@ -16,7 +16,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from taskward.canonical import dumps
 from taskward.capabilities import serialization_tokens
@@ -68,8 +68,55 @@ def _detail(text: str | None) -> str | None:
     return text if len(text) <= MAX_ERROR_DETAIL else "..." + text[-MAX_ERROR_DETAIL:]
 
 
+# The host's failure codes (ADR-0037 D5) whose retry keeps the code as its reason.
+_OWN_RETRY_REASONS: Final = frozenset({"summary_failed", "invalid_task"})
+
+
+@dataclass(frozen=True)
+class Report:
+    """How an attempt ended, whoever says so: the adapter's own ``TaskExecutionResult`` or the
+    resident host's ``TaskFailure`` (``cause``: its code, ADR-0037 D5; None for an adapter's
+    result). The one input of the one outcome table, ``outcome_for``."""
+
+    status: Literal["completed", "failed", "timed_out", "cancelled"]
+    retryable: bool = False
+    exit_code: int | None = None
+    detail: str | None = None
+    invocation_id: str | None = None
+    cause: str | None = None
+
+    @classmethod
+    def of(cls, result: TaskExecutionResult) -> Report:
+        return cls(
+            result.status,
+            result.retryable,
+            result.exit_code,
+            result.error_detail,
+            result.invocation_id,
+        )
+
+    @classmethod
+    def of_failure(
+        cls, code: str, detail: str, retryable: bool, execution: TaskExecutionResult | None
+    ) -> Report:
+        """The host's failure ``code`` (what the adapter reported, if it ran, supplies the exit
+        code and invocation id): a ``deadline`` is a timeout, ``cancelled`` a cancellation (a
+        host shutdown when retryable, R10), anything else a failure."""
+        status: Literal["failed", "timed_out", "cancelled"] = (
+            "timed_out" if code == "deadline" else "cancelled" if code == "cancelled" else "failed"
+        )
+        return cls(
+            status,
+            retryable,
+            execution.exit_code if execution else None,
+            detail,
+            execution.invocation_id if execution else None,
+            code,
+        )
+
+
 def outcome_for(
-    result: TaskExecutionResult,
+    result: TaskExecutionResult | Report,
     lease: Lease,
     *,
     max_attempts: int,
@@ -77,20 +124,74 @@ def outcome_for(
     now: float,
     policy: RetryPolicy,
 ) -> Outcome:
-    """Map an adapter result to its transition (R5 for deadlines, ADR-0072 D5 for cancel)."""
-    terminal_patch: dict[str, Any] = {
+    """The one table from how an attempt ended to its transition (ADR-0072 D4/D5, R5, R10),
+    for the ADR-0071 worker functions and the resident host alike.
+
+    | ended                                  | transition                                     |
+    |----------------------------------------|------------------------------------------------|
+    | completed                              | completed (completed)                          |
+    | cancelled, request recorded            | cancelled (cancel_acknowledged)                |
+    | cancelled, no request                  | failed (execution_failed)                      |
+    | host shutdown (cancelled, retryable)   | retry_wait due now (host_shutdown), R10        |
+    | retryable, attempts remain             | retry_wait after backoff (deadline_exceeded    |
+    |                                        | for a timeout, else the host's summary_failed/ |
+    |                                        | invalid_task, else retryable_failure)          |
+    | retryable, at the ceiling              | timed_out / failed (attempt_ceiling), R5       |
+    | timed out, not retryable               | timed_out (deadline_exceeded)                  |
+    | failed, not retryable                  | failed (invalid_task or execution_failed)      |
+
+    Only the watchdog's deadline is retryable by rule (R5: it reports ``retryable=True``); an
+    adapter's own ``timed_out`` is terminal unless the adapter marks it retryable (D4)."""
+    report = result if isinstance(result, Report) else Report.of(result)
+    # What the fact's summary says: the host's code before its detail.
+    said = f"{report.cause}: {report.detail}" if report.cause else report.detail
+    terminal_patch: dict[str, Any] = {  # transitions._FINISH_PATCH's order
         "ended_at": now,
-        "exit_code": result.exit_code,
-        "error_detail": _detail(result.error_detail),
-        "invocation_id": result.invocation_id,
+        "exit_code": report.exit_code,
+        "error_detail": _detail(said if report.retryable else report.detail),
+        "invocation_id": report.invocation_id,
     }
-    # ADR-0072 D4: the adapter's result becomes one terminal transition. R5 makes the owner's
-    # *watchdog* deadline retryable (the watchdog's result says ``retryable=True``); an
-    # adapter's own ``timed_out`` is terminal unless the adapter marks it ``retryable=True``.
-    retryable = result.retryable
-    if result.status == "completed":
+    if report.status == "completed":
         return Outcome("completed", "completed", "adapter completed", terminal_patch)
-    if result.status == "cancelled":
+    if report.retryable:
+        if report.cause == "cancelled" and lease.attempt < max_attempts:
+            # R10: a host shutdown is retryable and the retry is due at once.
+            return Outcome(
+                "retry_wait",
+                "host_shutdown",
+                report.detail or "host shutdown",
+                {
+                    "retry_at": now,
+                    "leased_by": None,
+                    "lease_expires_at": None,
+                    "exit_code": report.exit_code,
+                    "error_detail": _detail(report.detail),
+                },
+            )
+        code = "deadline_exceeded" if report.status == "timed_out" else "retryable_failure"
+        if lease.attempt < max_attempts:
+            reason = report.cause if report.cause in _OWN_RETRY_REASONS else code
+            return Outcome(
+                "retry_wait",
+                str(reason),
+                f"attempt {lease.attempt} of {max_attempts}: {said or code}",
+                {
+                    "retry_at": now + policy.delay(lease.attempt),
+                    "leased_by": None,
+                    "lease_expires_at": None,
+                    "exit_code": report.exit_code,
+                    "error_detail": _detail(said),
+                },
+            )
+        # At the ceiling: terminal, with the ceiling recorded (R5).
+        return Outcome(
+            "timed_out" if report.status == "timed_out" else "failed",
+            "attempt_ceiling",
+            f"{code} on attempt {lease.attempt} of {max_attempts}",
+            terminal_patch,
+            {"attempt_ceiling": max_attempts, "cause": code},
+        )
+    if report.status == "cancelled":
         if cancel_requested:
             return Outcome(
                 "cancelled",
@@ -104,38 +205,10 @@ def outcome_for(
             "adapter reported cancelled without a cancellation request",
             terminal_patch,
         )
-    if retryable:
-        code = "deadline_exceeded" if result.status == "timed_out" else "retryable_failure"
-        if lease.attempt < max_attempts:
-            retry_at = now + policy.delay(lease.attempt)
-            return Outcome(
-                "retry_wait",
-                code,
-                f"attempt {lease.attempt} of {max_attempts}: {result.error_detail or code}",
-                {
-                    "retry_at": retry_at,
-                    "leased_by": None,
-                    "lease_expires_at": None,
-                    "exit_code": result.exit_code,
-                    "error_detail": _detail(result.error_detail),
-                },
-            )
-        # At the ceiling: terminal, with the ceiling recorded (R5).
-        final = "timed_out" if result.status == "timed_out" else "failed"
-        return Outcome(
-            final,
-            "attempt_ceiling",
-            f"{code} on attempt {lease.attempt} of {max_attempts}",
-            terminal_patch,
-            {"attempt_ceiling": max_attempts, "cause": code},
-        )
-    if result.status == "timed_out":
-        return Outcome(
-            "timed_out", "deadline_exceeded", result.error_detail or "timed out", terminal_patch
-        )
-    return Outcome(
-        "failed", "execution_failed", result.error_detail or "adapter failed", terminal_patch
-    )
+    if report.status == "timed_out":
+        return Outcome("timed_out", "deadline_exceeded", said or "timed out", terminal_patch)
+    reason = "invalid_task" if report.cause == "invalid_task" else "execution_failed"
+    return Outcome("failed", reason, said or "adapter failed", terminal_patch)
 
 
 async def record_stale_result(

@@ -34,6 +34,7 @@ from taskward.claims import (
 from taskward.errors import StoreUnavailable, TransitionIdempotencyConflict
 from taskward.execution import (
     Outcome,
+    Report,
     RetryPolicy,
     finish_build,
     finish_run,
@@ -265,7 +266,6 @@ class LocalTaskSource:
             lambda now: self._outcome(
                 row,
                 lease,
-                payload,
                 execution,
                 completed,
                 failure,
@@ -369,7 +369,7 @@ class LocalTaskSource:
         """
         if self._summaries is None:
             raise RuntimeError("this LocalTaskSource was built without a summary store")
-        payload, digest = _result_payload(result)
+        _, digest = _result_payload(result)
         claim = self._claims.get(task_id)
         parsed = _parse_lease_id(lease_id)
 
@@ -386,7 +386,7 @@ class LocalTaskSource:
             return await self._finished(finished, task_id, lease_id, digest, [])
         outcome, resolved = self._recorded(
             lambda now: self._outcome(
-                claim.row, claim.lease, payload, claim.result, result, None, max_attempts=0, now=now
+                claim.row, claim.lease, claim.result, result, None, max_attempts=0, now=now
             )
         )
         item = _Finish(
@@ -531,7 +531,6 @@ class LocalTaskSource:
         self,
         row: Row,
         lease: Lease,
-        payload: dict[str, Any],
         execution: TaskExecutionResult | None,
         completed: TaskResult | None,
         failure: TaskFailure | None,
@@ -539,87 +538,22 @@ class LocalTaskSource:
         max_attempts: int,
         now: float,
     ) -> Outcome:
+        """The host's acknowledgement through the one outcome table (``execution.outcome_for``):
+        a completion is the adapter's own completed result when it ran, a failure the host's
+        code over what the adapter reported."""
         if completed is not None:
-            result = (
-                execution
-                if execution and execution.status == "completed"
-                else (TaskExecutionResult(status="completed", exit_code=0))
-            )
-            return outcome_for(
-                result,
-                lease,
-                max_attempts=max_attempts,
-                cancel_requested=False,
-                now=now,
-                policy=self.policy,
-            )
-        assert failure is not None
-        exit_code = execution.exit_code if execution else None
-        detail = failure.detail
-        if failure.retryable:
-            if failure.code == "cancelled" and lease.attempt < max_attempts:
-                # R10: a host shutdown is retryable and the retry is due at once.
-                return Outcome(
-                    "retry_wait",
-                    "host_shutdown",
-                    detail,
-                    {
-                        "retry_at": now,
-                        "leased_by": None,
-                        "lease_expires_at": None,
-                        "exit_code": exit_code,
-                        "error_detail": detail,
-                    },
-                )
-            status = "timed_out" if failure.code == "deadline" else "failed"
-            result = TaskExecutionResult(
-                status="timed_out" if status == "timed_out" else "failed",
-                retryable=True,
-                exit_code=exit_code,
-                error_detail=f"{failure.code}: {detail}",
-                invocation_id=execution.invocation_id if execution else None,
-            )
-            outcome = outcome_for(
-                result,
-                lease,
-                max_attempts=max_attempts,
-                cancel_requested=False,
-                now=now,
-                policy=self.policy,
-            )
-            if outcome.to_state == "retry_wait" and failure.code in {
-                "summary_failed",
-                "invalid_task",
-            }:
-                return Outcome("retry_wait", failure.code, outcome.summary, outcome.patch)
-            return outcome
-        if failure.code in {"cancelled", "deadline"}:
-            # A non-retryable deadline (an adapter's own timed_out) is a terminal timed_out.
-            result = TaskExecutionResult(
-                status="cancelled" if failure.code == "cancelled" else "timed_out",
-                exit_code=exit_code,
-                error_detail=detail,
-                invocation_id=execution.invocation_id if execution else None,
-            )
-            return outcome_for(
-                result,
-                lease,
-                max_attempts=max_attempts,
-                cancel_requested=row["cancel_requested_at"] is not None,
-                now=now,
-                policy=self.policy,
-            )
-        code = "invalid_task" if failure.code == "invalid_task" else "execution_failed"
-        return Outcome(
-            "failed",
-            code,
-            f"{failure.code}: {detail}",
-            {
-                "ended_at": now,
-                "exit_code": exit_code,
-                "error_detail": detail[-4000:],
-                "invocation_id": execution.invocation_id if execution else None,
-            },
+            ran = execution is not None and execution.status == "completed"
+            report = Report.of(execution) if ran and execution else Report("completed", exit_code=0)
+        else:
+            assert failure is not None
+            report = Report.of_failure(failure.code, failure.detail, failure.retryable, execution)
+        return outcome_for(
+            report,
+            lease,
+            max_attempts=max_attempts,
+            cancel_requested=row["cancel_requested_at"] is not None,
+            now=now,
+            policy=self.policy,
         )
 
 
