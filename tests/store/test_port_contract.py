@@ -252,20 +252,9 @@ async def test_execute_returns_the_rows_a_write_wrote(db: StateDB) -> None:
         assert await tx.execute("session_revocations_purge") == 2
 
 
-async def test_execute_of_a_select_returns_the_rows_it_returned(
-    db: StateDB, request: pytest.FixtureRequest
-) -> None:
+async def test_execute_of_a_select_returns_the_rows_it_returned(db: StateDB) -> None:
     """``StateDB.execute`` of a SELECT: "the rows ... a SELECT returned", the rows themselves
     left unread."""
-    if db.dialect == "sqlite":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="store.port promises a SELECT's row count; sqlite3's cursor.rowcount is -1"
-                " for a SELECT (no caller relies on it today: SQLite's run_insert_if_new is an"
-                " INSERT)",
-            )
-        )
     await insert_run(db)
     await insert_run(db)
     assert await db.execute("run_list", _list_params()) == 2

@@ -140,6 +140,14 @@ def connect_private(path: str, **options: Any) -> sqlite3.Connection:
     return conn
 
 
+def row_count(cursor: sqlite3.Cursor) -> int:
+    """``StateDB.execute``'s answer: the rows a statement wrote, or those a SELECT returned
+    (sqlite3's ``rowcount`` is -1 for a statement that returns rows)."""
+    if cursor.description is not None and cursor.rowcount == -1:
+        return len(cursor.fetchall())
+    return cursor.rowcount
+
+
 def set_pragmas(conn: sqlite3.Connection, synchronous: str) -> None:
     """Every connection's settings after ``journal_mode=WAL`` (the async store's and the
     synchronous client's alike; each sets its own busy timeout)."""
@@ -215,7 +223,7 @@ class _SQLiteTx:
 
     async def execute(self, name: str, params: Params | None = None) -> int:
         with _translate(self._path):
-            return self._conn.execute(self._queries[name], self._params(params)).rowcount
+            return row_count(self._conn.execute(self._queries[name], self._params(params)))
 
     async def fetchone(self, name: str, params: Params | None = None) -> Row | None:
         with _translate(self._path):
@@ -469,7 +477,7 @@ class SQLiteDB:
         sql, merged = self._statement(name, params)
         async with self._lock:
             conn = self._connection()
-            count: int = await self._retry_busy(lambda: conn.execute(sql, merged).rowcount)
+            count: int = await self._retry_busy(lambda: row_count(conn.execute(sql, merged)))
             return count
 
     def _statement(self, name: str, params: Params | None) -> tuple[str, dict[str, Any]]:

@@ -22,6 +22,7 @@ from taskward.store.port import Params, Row
 from taskward.store.sqlite.db import (
     _row_factory,
     connect_private,
+    row_count,
     set_pragmas,
     statement,
     translate_error,
@@ -92,7 +93,7 @@ class SQLiteSyncDB:
         sql, merged = statement(name, params, time.time)
         conn = self._connection()
         with self._translate():
-            return conn.execute(sql, merged).rowcount
+            return row_count(conn.execute(sql, merged))
 
     def fetchone(self, name: str, params: Params | None = None) -> Row | None:
         rows = self.fetchall(name, params)
