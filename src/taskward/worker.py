@@ -34,7 +34,7 @@ from taskward.claims import (
     new_worker_id,
 )
 from taskward.execution import RetryPolicy, execute_lease, settle_lease
-from taskward.host.models import SessionSummary
+from taskward.host.models import SessionSummary, manifest_ref, summary_facts
 from taskward.host.summaries import LocalSummaryStore
 from taskward.loops import raise_if_cancelling
 from taskward.maintenance.reaper import reap_expired_leases
@@ -174,24 +174,19 @@ async def write_summary(
     could not be written -- a retryable failure, never a completion without one (D4).
     """
     key = f"{lease.task_id}:{lease.attempt}"  # the run id (R10), as the host's session key
-    ended_at = time.time()
-    facts = {
-        "task_id": lease.task_id,
-        "attempt": lease.attempt,
-        "run_id": key,
-        "started_at": datetime.fromtimestamp(started_at, UTC).isoformat(),
-        "ended_at": datetime.fromtimestamp(ended_at, UTC).isoformat(),
-        "elapsed_ms": round((time.monotonic() - started_mono) * 1000, 3),
-        "operation_statuses": {lease.action_kind: result.status},
-        "artifact_refs": list(result.evidence_refs),
-        "usage": {},
-        "degraded": False,
-        "degrade_reason": "",
-    }
+    facts = summary_facts(
+        lease.task_id,
+        lease.attempt,
+        datetime.fromtimestamp(started_at, UTC),
+        datetime.fromtimestamp(time.time(), UTC),
+        (time.monotonic() - started_mono) * 1000,
+        {
+            "operation_statuses": {lease.action_kind: result.status},
+            "artifact_refs": result.evidence_refs,
+        },
+    )
     summary = SessionSummary(
-        facts=facts,
-        narrative=None,
-        manifest_ref=f"taskward:schedule_runs/{lease.task_id}?attempt={lease.attempt}",
+        facts=facts, narrative=None, manifest_ref=manifest_ref(lease.task_id, lease.attempt)
     )
     try:
         store = db if now is None else cast(StateDB, _AtTime(db, now))

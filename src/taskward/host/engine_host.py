@@ -34,7 +34,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
+from taskward.host.models import (
+    SessionSummary,
+    Task,
+    TaskAck,
+    TaskFailure,
+    TaskResult,
+    manifest_ref,
+    summary_facts,
+)
 from taskward.host.ports import (
     FinishesInOneStep,
     SummaryNotWritten,
@@ -79,7 +87,7 @@ def session_key_for(task: Task) -> str:
 
 def manifest_ref_for(task: Task) -> str:
     """A reference that resolves to the run's row and its transition facts."""
-    return f"taskward:schedule_runs/{task.id}?attempt={task.attempt}"
+    return manifest_ref(task.id, task.attempt)
 
 
 @dataclass
@@ -499,20 +507,8 @@ class ResidentEngineHost:
         started_mono: float,
     ) -> SessionSummary:
         """The host-authored facts, the best-effort narrative and the manifest (D4)."""
-        ended = self.clock()
-        facts = {
-            "task_id": task.id,
-            "attempt": task.attempt,
-            "run_id": key,
-            "started_at": started.isoformat(),
-            "ended_at": ended.isoformat(),
-            "elapsed_ms": round((time.monotonic() - started_mono) * 1000, 3),
-            "operation_statuses": dict(output.get("operation_statuses", {})),
-            "artifact_refs": list(output.get("artifact_refs", [])),
-            "usage": dict(output.get("usage", {})),
-            "degraded": bool(output.get("degraded", False)),
-            "degrade_reason": str(output.get("degrade_reason", "")),
-        }
+        elapsed_ms = (time.monotonic() - started_mono) * 1000
+        facts = summary_facts(task.id, task.attempt, started, self.clock(), elapsed_ms, output)
         narrative: str | None = None
         if self.summarize is not None:
             try:  # best-effort: facts and manifest are authoritative (D4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -138,3 +139,35 @@ class SessionSummary(HostModel):
     facts: dict[str, Any]
     narrative: str | None
     manifest_ref: str
+
+
+def summary_facts(
+    task_id: str,
+    attempt: int,
+    started: datetime,
+    ended: datetime,
+    elapsed_ms: float,
+    output: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The host-authored facts of a run's summary (ADR-0037 D4), written by the resident host
+    and by the ADR-0071 worker functions alike: who ran (the run id is ``<task-id>:<attempt>``,
+    R10), when, and what the run reported (``output``: its operation statuses, artifact refs,
+    usage and degradation). ``host.summaries.HOST_FACT_KEYS`` names these keys."""
+    return {
+        "task_id": task_id,
+        "attempt": attempt,
+        "run_id": f"{task_id}:{attempt}",
+        "started_at": started.isoformat(),
+        "ended_at": ended.isoformat(),
+        "elapsed_ms": round(elapsed_ms, 3),
+        "operation_statuses": dict(output.get("operation_statuses", {})),
+        "artifact_refs": list(output.get("artifact_refs", [])),
+        "usage": dict(output.get("usage", {})),
+        "degraded": bool(output.get("degraded", False)),
+        "degrade_reason": str(output.get("degrade_reason", "")),
+    }
+
+
+def manifest_ref(task_id: str, attempt: int) -> str:
+    """A reference that resolves to the run's row and its transition facts (D4)."""
+    return f"taskward:schedule_runs/{task_id}?attempt={attempt}"
