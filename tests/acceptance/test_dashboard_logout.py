@@ -16,11 +16,10 @@ import pytest
 from fastapi import FastAPI
 
 import taskward
-import taskward.http  # first: taskward.dashboard imported on its own meets a cycle via http.app
 from taskward.dashboard.session import SESSION_COOKIE, Session, revoke_session
 from taskward.http import HttpConfig, create_app
-from taskward.http.config import parse_tokens
 from taskward.store import StateDB
+from taskward.web.config import parse_tokens
 
 ADMIN = "admin-token-0123456789"
 CONFIG = HttpConfig(tokens=parse_tokens([f"alice:{ADMIN}:*"]), session_secret=b"s" * 32)

@@ -28,10 +28,10 @@ import taskward
 from taskward.cli.errors import EXIT_BAD_INPUT
 from taskward.cli.main import main as cli_main
 from taskward.http import HttpConfig, create_app
-from taskward.http.config import ApiToken, parse_tokens
 from taskward.outbox import DEFAULT_MAX_ATTEMPTS, DeliveryFailed, OutboxConfig, OutboxDeliverer
 from taskward.reads import count_by_status
 from taskward.store import StateDB
+from taskward.web.config import ApiToken, parse_tokens
 
 PROBLEM = "application/problem+json"
 GENERATED = re.compile(r"^http:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

@@ -1,4 +1,4 @@
-"""The limit on failed authentication (taskward.http.throttle), as a client meets it over HTTP.
+"""The limit on failed authentication (taskward.web.throttle), as a client meets it over HTTP.
 
 A client (its peer address) that presents 10 bad bearer tokens or dashboard logins within 60 s
 is answered 429 with Retry-After for 5 s, doubling per repeated block up to 60 s; while blocked
@@ -18,9 +18,9 @@ from fastapi import FastAPI
 import taskward
 from taskward.errors import TaskValidationError
 from taskward.http import HttpConfig, create_app
-from taskward.http.config import parse_tokens
-from taskward.http.throttle import FailureLimiter, FailureLimits, client_key
 from taskward.store import StateDB
+from taskward.web.config import parse_tokens
+from taskward.web.throttle import FailureLimiter, FailureLimits, client_key
 
 PROBLEM = "application/problem+json"
 ADMIN = "admin-token-0123456789"

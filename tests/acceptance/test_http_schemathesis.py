@@ -34,7 +34,7 @@ from schemathesis.checks import (
 
 import taskward
 from taskward.http import HttpConfig, create_app
-from taskward.http.config import parse_tokens
+from taskward.web.config import parse_tokens
 from tests.conftest import _PG_PROBLEM, PG_URL, pg_schema_url
 
 MAX_EXAMPLES = 25

@@ -28,11 +28,11 @@ import uvicorn
 from taskward import AdapterConfig, StateDB, TaskAdapterRegistry
 from taskward.cli.common import CliState, pass_state, registry_for, run_worker_loop
 from taskward.http import HttpConfig, Metrics, create_app
-from taskward.http.config import TOKENS_ENV, is_loopback
-from taskward.http.state import StoreHandle
 from taskward.models import EXECUTION_TARGETS
 from taskward.runtime import WorkerConfig, WorkerRuntime
 from taskward.store.open import redact
+from taskward.web.config import TOKENS_ENV, is_loopback
+from taskward.web.state import StoreHandle
 
 log = logging.getLogger("taskward.serve")
 

@@ -3,7 +3,7 @@ log in and out. Each state change needs a session, its CSRF token and the ``oper
 and goes through the same library function as the API.
 
 Failed logins count against the client's failed-authentication limit shared with the API's
-bearer tokens (``taskward.http.throttle``); logging out revokes the session in the store
+bearer tokens (``taskward.web.throttle``); logging out revokes the session in the store
 (``session.revoke_session``).
 """
 
@@ -36,11 +36,11 @@ from taskward.errors import (
     TaskNotFound,
     TaskValidationError,
 )
-from taskward.http.auth import Principal, client_of, find_token
-from taskward.http.state import services_of
 from taskward.outbox import retry_notification
 from taskward.schedules import disable_schedule, enable_schedule, fire_schedule, get_schedule
 from taskward.store import StateDB
+from taskward.web.auth import Principal, client_of, find_token
+from taskward.web.state import services_of
 
 router = APIRouter(include_in_schema=False)
 

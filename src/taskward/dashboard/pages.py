@@ -18,9 +18,6 @@ from taskward.dashboard import views
 from taskward.dashboard.render import html, secure
 from taskward.dashboard.session import Session, new_session, session_principal
 from taskward.errors import StoreError, TaskNotFound, TaskValidationError
-from taskward.http.auth import ANONYMOUS, Principal, anonymous
-from taskward.http.problems import problem_response
-from taskward.http.state import Services, services_of
 from taskward.lifecycle import Status
 from taskward.outbox import count_notifications, list_notifications
 from taskward.placement import placement_reason
@@ -35,6 +32,9 @@ from taskward.reads import (
 from taskward.registry import DEFAULT_ALIASES
 from taskward.schedules import list_schedules
 from taskward.store import StateDB
+from taskward.web.auth import ANONYMOUS, Principal, anonymous
+from taskward.web.problems import problem_response
+from taskward.web.state import Services, services_of
 
 log = logging.getLogger("taskward.dashboard")
 

@@ -15,8 +15,8 @@ from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from taskward.dashboard.session import Session, set_session_cookie
-from taskward.http.auth import Principal
-from taskward.http.state import services_of
+from taskward.web.auth import Principal
+from taskward.web.state import services_of
 
 CSP: Final = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "

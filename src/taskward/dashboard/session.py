@@ -32,10 +32,10 @@ from typing import Final
 from fastapi import Request
 from fastapi.responses import Response
 
-from taskward.http.auth import ANONYMOUS, Principal, anonymous, principal_for_token
-from taskward.http.config import HttpConfig
-from taskward.http.state import services_of
 from taskward.store import StateDB
+from taskward.web.auth import ANONYMOUS, Principal, anonymous, principal_for_token
+from taskward.web.config import HttpConfig
+from taskward.web.state import services_of
 
 SESSION_COOKIE: Final = "taskward_session"
 CSRF_FIELD: Final = "csrf_token"

@@ -17,16 +17,17 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from taskward.adapters import AdapterConfig, build_registry
+from taskward.api import operations, tasks
 from taskward.dashboard import mount_dashboard
-from taskward.http import api, operations, system
-from taskward.http.config import HttpConfig
+from taskward.http import system
 from taskward.http.guards import RequestGuards
-from taskward.http.metrics import Metrics
-from taskward.http.problems import install_problem_handlers, problem_response
-from taskward.http.state import Services, StoreHandle
 from taskward.registry import TaskAdapterRegistry
 from taskward.store import StateDB
 from taskward.store.open import resolve_url
+from taskward.web.config import HttpConfig
+from taskward.web.metrics import Metrics
+from taskward.web.problems import install_problem_handlers, problem_response
+from taskward.web.state import Services, StoreHandle
 
 log = logging.getLogger("taskward.http")
 
@@ -127,8 +128,8 @@ def create_app(
         return app.openapi_schema or {}
 
     app.openapi = openapi_with_problems  # type: ignore[method-assign]
-    app.include_router(api.router)
-    app.include_router(api.workers_router)
+    app.include_router(tasks.router)
+    app.include_router(tasks.workers_router)
     app.include_router(operations.schedules_router)
     app.include_router(operations.outbox_router)
     app.include_router(system.router)

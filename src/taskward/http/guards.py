@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from taskward.http.problems import problem_response
+from taskward.web.problems import problem_response
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 

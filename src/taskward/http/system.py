@@ -9,11 +9,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from taskward.http.auth import Principal, require
-from taskward.http.metrics import CONTENT_TYPE, render_metrics
-from taskward.http.models import Health, Problem
-from taskward.http.state import services_of
+from taskward.api.models import Health, Problem
 from taskward.settings import get_max_attempts
+from taskward.web.auth import Principal, require
+from taskward.web.metrics import CONTENT_TYPE, render_metrics
+from taskward.web.state import services_of
 
 router = APIRouter(tags=["operations"])
 

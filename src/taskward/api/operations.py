@@ -10,11 +10,9 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from taskward.api.tasks import IdempotencyHeader, problems
 from taskward.cursors import MAX_CURSOR_LENGTH
 from taskward.errors import NotificationNotFound, ScheduleNotFound, TaskValidationError
-from taskward.http.api import IdempotencyHeader, problems
-from taskward.http.auth import Principal, require
-from taskward.http.state import services_of, store_of
 from taskward.outbox import (
     MAX_LIST_LIMIT as OUTBOX_MAX_LIST,
 )
@@ -45,6 +43,8 @@ from taskward.schedules import (
     MAX_LIST_LIMIT as SCHEDULE_MAX_LIST,
 )
 from taskward.store import StateDB
+from taskward.web.auth import Principal, require
+from taskward.web.state import services_of, store_of
 
 MAX_REF_LENGTH: Final = 255
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from taskward.errors import StoreError, StoreUnavailable, TaskValidationError
-from taskward.http.config import HttpConfig
-from taskward.http.metrics import Metrics
-from taskward.http.throttle import FailureLimiter
 from taskward.registry import TaskAdapterRegistry
 from taskward.store import StateDB, open_db
 from taskward.store.open import redact
 from taskward.store.retry import Backoff, Streak
+from taskward.web.config import HttpConfig
+from taskward.web.metrics import Metrics
+from taskward.web.throttle import FailureLimiter
 
 log = logging.getLogger("taskward.http")
 

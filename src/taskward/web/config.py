@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from taskward.errors import TaskValidationError
-from taskward.http.throttle import FailureLimits
+from taskward.web.throttle import FailureLimits
 
 SCOPES: Final[tuple[str, ...]] = ("submit", "read", "operate")
 ALL_SCOPES: Final = "*"
@@ -140,7 +140,7 @@ class HttpConfig:
     otherwise. ``session_secret`` signs dashboard sessions; None draws a random one, so sessions
     end when the service restarts. ``heartbeat_ttl_s`` decides which workers count as live.
     ``auth_limits``: how many failed authentications a client may make before it waits
-    (``taskward.http.throttle``).
+    (``taskward.web.throttle``).
     """
 
     tokens: tuple[ApiToken, ...] = ()

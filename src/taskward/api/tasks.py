@@ -2,7 +2,7 @@
 
 Thin: each route parses, calls the same library function as the CLI and renders. No SQL here
 (ADR-0072 D1 "Bindings are thin and share this function"); errors become problem documents in
-``taskward.http.problems`` only.
+``taskward.web.problems`` only.
 """
 
 from __future__ import annotations
@@ -13,11 +13,7 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response
 
 from taskward.admission import admit_task
-from taskward.cancellation import request_task_cancel
-from taskward.cursors import MAX_CURSOR_LENGTH
-from taskward.errors import TaskIdempotencyConflict, TaskNotFound, TaskValidationError
-from taskward.http.auth import Principal, require
-from taskward.http.models import (
+from taskward.api.models import (
     STATUS_ENUM,
     TARGET_ENUM,
     CancelRequest,
@@ -30,12 +26,16 @@ from taskward.http.models import (
     TransitionList,
     WorkerList,
 )
-from taskward.http.state import services_of, store_of
+from taskward.cancellation import request_task_cancel
+from taskward.cursors import MAX_CURSOR_LENGTH
+from taskward.errors import TaskIdempotencyConflict, TaskNotFound, TaskValidationError
 from taskward.models import TaskApplication
 from taskward.placement import placement_reason
 from taskward.reads import MAX_LIST_LIMIT, get_task, list_tasks, list_transitions, list_workers
 from taskward.registry import DEFAULT_ALIASES
 from taskward.store import StateDB
+from taskward.web.auth import Principal, require
+from taskward.web.state import services_of, store_of
 
 MAX_ID_LENGTH: Final = 255
 DEFAULT_PAGE: Final = 50

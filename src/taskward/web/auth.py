@@ -5,7 +5,7 @@ SHA-256 digests so their lengths do not leak). The token's name becomes the ``Ac
 (``operator:<name>``) of the transitions its requests cause. Scopes: ``submit``, ``read``,
 ``operate``; capability labels are routing hints, never permissions (ADR-0072 out of scope).
 
-A client whose tokens keep failing is answered 429 for a while (``taskward.http.throttle``):
+A client whose tokens keep failing is answered 429 for a while (``taskward.web.throttle``):
 the limit is checked before any token is compared, and only failures count.
 """
 
@@ -20,11 +20,11 @@ from typing import Annotated, Final
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from taskward.http.config import SCOPES, ApiToken, HttpConfig
-from taskward.http.problems import ApiProblem
-from taskward.http.state import services_of
-from taskward.http.throttle import client_key
 from taskward.models import Actor
+from taskward.web.config import SCOPES, ApiToken, HttpConfig
+from taskward.web.problems import ApiProblem
+from taskward.web.state import services_of
+from taskward.web.throttle import client_key
 
 ANONYMOUS: Final = "anonymous"
 
