@@ -18,7 +18,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -396,7 +396,7 @@ def read_rss_mb(pid: int) -> dict[str, float]:
 
 
 class WorkerProcess:
-    """One ``taskward worker`` OS process over a store, importing ``bench.tasks``.
+    """One ``taskward worker`` OS process over a store, importing ``bench.tasks`` (by default).
 
     stdout is discarded and stderr goes to a file (read after exit: the worker's own summary
     line). ``stop()`` sends SIGTERM (drain), then SIGKILL if it does not exit in time.
@@ -410,11 +410,17 @@ class WorkerProcess:
         burst: bool,
         log_dir: Path,
         extra_args: Sequence[str] = (),
+        cwd: Path = REPO_ROOT,
+        env: Mapping[str, str] | None = None,
+        tasks_module: str = TASKS_MODULE,
     ) -> None:
         self.store = store
         self.concurrency = concurrency
         self.burst = burst
         self.extra_args = list(extra_args)
+        self.cwd = cwd  # where a relative sqlite:/// path is resolved
+        self.env = dict(env or {})  # set in the worker's environment, over this process's
+        self.tasks_module = tasks_module  # on the repository root (PYTHONPATH), --import'ed
         self.log_path = log_dir / f"worker-{uuid.uuid4().hex[:8]}.log"
         self.process: Any = None
         self.spawned_at = 0.0  # time.time() just before the spawn
@@ -423,7 +429,7 @@ class WorkerProcess:
     def command(self) -> list[str]:
         script = Path(sys.executable).with_name("taskward")
         head = [str(script)] if script.exists() else [sys.executable, "-m", "taskward.cli.main"]
-        argv = [*head, "--db", self.store.url, "--import", TASKS_MODULE, "worker", "--quiet"]
+        argv = [*head, "--db", self.store.url, "--import", self.tasks_module, "worker", "--quiet"]
         argv += ["--concurrency", str(self.concurrency)]
         if self.burst:
             argv.append("--burst")
@@ -437,12 +443,13 @@ class WorkerProcess:
             p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
         )
         env.pop("TASKWARD_DATABASE_URL", None)
+        env.update(self.env)
         argv = self.command()
         log = open(self.log_path, "wb")  # noqa: SIM115 - closed when the process is reaped
         self.spawned_at = time.time()
         self.spawned_mono = time.monotonic()
         self.process = subprocess.Popen(
-            argv, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log
+            argv, cwd=self.cwd, env=env, stdout=subprocess.DEVNULL, stderr=log
         )
         log.close()  # the child holds its own descriptor
 

@@ -31,6 +31,7 @@ from typing import Any
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # bench._common, after PYTHONPATH
 
+from bench import noop
 from bench._common import Stores, audit_store, machine_description
 
 
@@ -65,7 +66,14 @@ def loopback_bytes() -> int:
     return 0
 
 
-NOOP_KIND = "taskward_bench_noop"  # taskward.benchtasks' no-op @taskward.task
+NOOP_KIND = noop.KIND  # bench/noop.py's no-op @taskward.task
+
+
+def noop_registry() -> Any:
+    """The registry of the drains: the built-in kinds and ``bench/noop.py``'s no-op."""
+    import taskward
+
+    return taskward.build_registry(taskward.AdapterConfig(imports=(noop.MODULE,)))
 
 
 async def admit_noops(db: Any, registry: Any, count: int, prefix: str) -> None:
@@ -131,7 +139,7 @@ async def drain_noops(
 async def drain(url: str, count: int, concurrency: int) -> dict[str, Any]:
     import taskward
 
-    registry = taskward.build_registry(taskward.AdapterConfig(imports=("taskward.benchtasks",)))
+    registry = noop_registry()
     before: dict[str, Any] = {}
     after: dict[str, Any] = {}
 

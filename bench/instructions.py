@@ -134,9 +134,13 @@ class Region:
 
 
 def _registry() -> Any:
+    """The built-in kinds and ``bench/noop.py``'s (not ``bench.inprocess.noop_registry``: a tree
+    measured with ``--src`` may hold an older ``inprocess.py``; copy ``noop.py`` beside this)."""
+    from bench import noop
+
     import taskward
 
-    return taskward.build_registry(taskward.AdapterConfig(imports=("taskward.benchtasks",)))
+    return taskward.build_registry(taskward.AdapterConfig(imports=(noop.MODULE,)))
 
 
 def _run(main: Any) -> Any:

@@ -42,7 +42,7 @@ from typing import Any
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # bench._common, after PYTHONPATH
 
 from bench._common import Stores, audit_store, machine_description, progress
-from bench.inprocess import admit_noops, drain_noops
+from bench.inprocess import admit_noops, drain_noops, noop_registry
 
 # (method, sql, parameters): method "execute" (parameters a mapping or a sequence) or
 # "executemany" (a list of parameter sequences).
@@ -87,7 +87,7 @@ def recording(calls: list[Call]) -> Iterator[None]:
 async def admit(url: str, count: int) -> None:
     import taskward
 
-    registry = taskward.build_registry(taskward.AdapterConfig(imports=("taskward.benchtasks",)))
+    registry = noop_registry()
     async with taskward.open_db(url) as db:
         await admit_noops(db, registry, count, "replay")
 
@@ -97,7 +97,7 @@ async def drain(url: str, count: int, concurrency: int, calls: list[Call]) -> di
     holding the statements run from the worker's start to the ``count``-th completion."""
     import taskward
 
-    registry = taskward.build_registry(taskward.AdapterConfig(imports=("taskward.benchtasks",)))
+    registry = noop_registry()
     marker: list[int] = []
     with recording(calls):
         db = await taskward.open_db(url)

@@ -3,7 +3,7 @@
 Only the public API and the CLI: ``taskward.submit_task`` (one call, one transaction, per
 enqueue; ``taskward.SyncClient.submit_task`` timed after it as ``sync_per_s``),
 ``taskward.submit_tasks`` (bulk, untimed prefill; also timed once as ``bulk_per_s``),
-and ONE ``taskward --db URL --import taskward.benchtasks worker --burst --quiet --concurrency C``
+and ONE ``taskward --db URL --import bench.noop worker --burst --quiet --concurrency C``
 process for the drain (kind ``taskward_bench_noop``, an async no-op). The check after each run is
 the full audit trail: every task ``completed`` with exactly 2 ``status_transitions`` facts
 (queued -> running -> completed), 2 ``transition`` events linked to them and 1 complete summary
@@ -28,6 +28,7 @@ for _path in (str(HERE), str(REPO_ROOT)):
         sys.path.insert(0, _path)
 
 import _adapter as A  # noqa: E402
+from bench import noop  # noqa: E402
 from bench._common import (  # noqa: E402
     Store,
     audit_store,
@@ -39,8 +40,8 @@ from bench._common import (  # noqa: E402
 
 import taskward  # noqa: E402
 
-KIND = "taskward_bench_noop"
-MODULE = "taskward.benchtasks"
+KIND = noop.KIND
+MODULE = noop.MODULE  # PYTHONPATH names the repository root (worker_env)
 BULK_CHUNK = 1000
 DEFAULT_CONCURRENCY = 16
 
@@ -82,7 +83,8 @@ def worker_env() -> dict[str, str]:
     env = dict(os.environ)
     for name in ("TASKWARD_DATABASE_URL", "TASKWARD_IMPORTS"):
         env.pop(name, None)
-    env["TASKWARD_PYTHON_MODULES"] = ""  # as `taskward bench` runs its worker
+    env["TASKWARD_PYTHON_MODULES"] = ""  # as bench/store.py runs its worker
+    env["PYTHONPATH"] = str(REPO_ROOT)  # for --import bench.noop (run.py clears PYTHONPATH)
     return env
 
 

@@ -323,12 +323,11 @@ def test_the_console_script_imports_task_modules_from_the_working_directory(
 
 
 def test_the_cli_and_its_worker_start_without_the_commands_they_do_not_run() -> None:
-    """``schedule``, ``outbox``, ``bench``, ``serve`` and rich's tables load when used, not
+    """``schedule``, ``outbox``, ``serve`` and rich's tables load when used, not
     with the CLI: every worker (and every one-line command) starts without them."""
     probe = (
         "import sys, taskward.cli.main, taskward.cli.worker_cmd\n"
-        "heavy = ['rich', 'statistics', 'taskward.benchmark', 'taskward.cli.bench_cmd',\n"
-        "         'taskward.cli.schedule_cmd', 'taskward.cli.outbox_cmd',\n"
+        "heavy = ['rich', 'statistics', 'taskward.cli.schedule_cmd', 'taskward.cli.outbox_cmd',\n"
         "         'taskward.cli.serve_cmd', 'starlette', 'uvicorn']\n"
         "print([name for name in heavy if name in sys.modules])\n"
     )
@@ -336,20 +335,3 @@ def test_the_cli_and_its_worker_start_without_the_commands_they_do_not_run() -> 
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert loaded == "[]"
-
-
-def test_bench_measures_the_store_and_checks_every_task_it_wrote(taskward: Taskward) -> None:
-    """``taskward bench --json``: admission one per call and in bulk, a drain by a real worker
-    process and pickup latency, then the check of every task the run created (issue 7): all
-    terminal, exactly 2 facts, 2 events and 1 summary each, no violation."""
-    run = taskward("bench", "--count", "30", "--bulk-count", "40", "--pickup-count", "5", "--json")
-    assert run.code == EXIT_OK, run.stderr
-    out = run.json()
-    for key in ("admission_per_s", "bulk_admission_per_s", "drain_per_s"):
-        assert out[key] > 0, key
-    assert 0 < out["pickup_p50_ms"] <= out["pickup_p95_ms"] <= out["pickup_p99_ms"]
-    assert out["drain_concurrency"] == 128  # the documented default
-    assert out["tasks"] == 30 + 40 + 5
-    assert out["violation_count"] == 0 and out["violations"] == []
-    assert out["rows_per_task"]["facts"] == 2.0 and out["rows_per_task"]["events"] == 2.0
-    assert out["rows_per_task"]["summaries"] == 1.0

@@ -124,9 +124,8 @@ def registry_for(state: CliState, config: AdapterConfig | None = None) -> TaskAd
 
 class LazyGroup(click.Group):
     """A click group whose subcommands other than the everyday ones import only when invoked:
-    the HTTP service (the web stack), ``schedule``, ``outbox`` and ``bench`` (their tables and
-    statistics). Every worker starts without them: ``taskward worker`` spawns about 30 ms
-    sooner."""
+    the HTTP service (the web stack), ``schedule`` and ``outbox`` (their tables). Every worker
+    starts without them: ``taskward worker`` spawns about 30 ms sooner."""
 
     def __init__(
         self, *args: Any, lazy_subcommands: dict[str, str] | None = None, **kwargs: Any

@@ -53,7 +53,6 @@ DEFAULT_LIST_LIMIT = 20
         "up": "taskward.cli.serve_cmd:up",
         "schedule": "taskward.cli.schedule_cmd:schedule",
         "outbox": "taskward.cli.outbox_cmd:outbox",
-        "bench": "taskward.cli.bench_cmd:bench",
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )
