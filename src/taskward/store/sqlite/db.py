@@ -42,27 +42,35 @@ T = TypeVar("T")
 SYNCHRONOUS_MODES = ("FULL", "NORMAL", "EXTRA")
 
 
-# The column names and JSON column positions of the statement whose rows are being read: a
-# cursor keeps one ``description`` object for all its rows, so they are worked out once per
-# statement, not once per row (the previous statement's plan is kept, with its description so
-# its identity cannot be reused).
-_plan: tuple[object, tuple[str, ...], tuple[int, ...]] | None = None
+RowFactory = Callable[[sqlite3.Cursor, tuple[Any, ...]], Row]
 
 
-def _row_factory(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
-    global _plan
-    description = cursor.description
-    plan = _plan
-    if plan is None or plan[0] is not description:
-        names = tuple(column[0] for column in description)
-        json_at = tuple(i for i, name in enumerate(names) if name in JSON_COLUMNS)
-        plan = _plan = (description, names, json_at)
-    out: Row = dict(zip(plan[1], row, strict=True))
-    for i in plan[2]:
-        value = row[i]
-        if isinstance(value, str):
-            out[plan[1][i]] = loads(value)
-    return out
+def row_factory() -> RowFactory:
+    """A connection's row factory (one each): rows as dicts, JSON columns decoded.
+
+    The column names and JSON column positions of the statement whose rows are being read are
+    worked out once per statement, not once per row: a cursor keeps one ``description`` object for
+    all its rows, so the factory keeps the last statement's plan with its description (whose
+    identity then cannot be reused). The plan is the factory's own state, never shared.
+    """
+    plan: tuple[object, tuple[str, ...], tuple[int, ...]] | None = None
+
+    def read(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
+        nonlocal plan
+        description = cursor.description
+        current = plan
+        if current is None or current[0] is not description:
+            names = tuple(column[0] for column in description)
+            json_at = tuple(i for i, name in enumerate(names) if name in JSON_COLUMNS)
+            current = plan = (description, names, json_at)
+        out: Row = dict(zip(current[1], row, strict=True))
+        for i in current[2]:
+            value = row[i]
+            if isinstance(value, str):
+                out[current[1][i]] = loads(value)
+        return out
+
+    return read
 
 
 # Primary result codes: another connection holds the lock (retried up to the lock budget) ...
@@ -349,7 +357,7 @@ class SQLiteDB:
             )
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
-        conn.row_factory = _row_factory
+        conn.row_factory = row_factory()
         self._conn = conn
         await self._retry_busy(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone())
         set_pragmas(conn, self.synchronous)

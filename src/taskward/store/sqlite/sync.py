@@ -20,9 +20,9 @@ from taskward.errors import StoreError, StoreUnavailable
 from taskward.store.migrate import MIGRATIONS_TABLE
 from taskward.store.port import Params, Row
 from taskward.store.sqlite.db import (
-    _row_factory,
     connect_private,
     row_count,
+    row_factory,
     set_pragmas,
     statement,
     translate_error,
@@ -64,7 +64,7 @@ class SQLiteSyncDB:
                 timeout=self.lock_budget_s,
                 check_same_thread=False,
             )
-            conn.row_factory = _row_factory
+            conn.row_factory = row_factory()
             conn.execute("PRAGMA journal_mode=WAL").fetchone()
             set_pragmas(conn, self.synchronous)
         except (sqlite3.Error, OSError) as exc:
