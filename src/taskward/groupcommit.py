@@ -15,17 +15,15 @@ following batch twice as many, up to ``max_batch``. Units that arrive together a
 usually tasks that finished together; answering the first few after a short transaction lets
 them restart while the rest commit, so a host's tasks spread out instead of moving in lockstep
 (all of them waiting for one long transaction, then all of them sleeping while the store idles).
-Under a steady backlog the flusher never idles and batches stay at ``max_batch``. Measured on
-``bench/host.py`` (concurrency 32, tasks awaiting 50 ms, steady rate): 71-78% of ideal without,
-85-87% starting at 4, 88-91% starting at 2; the no-op drain of ``bench/worker.py`` is the same
-with and without.
+Under a steady backlog the flusher never idles and batches stay at ``max_batch``. Slow start
+brings a host of tasks that await closer to its ideal rate and leaves a no-op drain as it was
+(measured: docs/benchmarks.md#figures-that-justified-design-choices).
 
 Lanes: up to ``lanes`` batches are in flight at once, each its own transaction. SQLite has one
 writer, so one lane. PostgreSQL has two: with one, the worker and the server took turns, each
-idle about half the time (worker ~68 % of a core, server ~35 %, no-op drain); a second lane lets
-the worker build and the server run a batch each. Measured on ``bench/worker.py``-style drains
-(10,000 no-op tasks, concurrency 64, three interleaved pairs): +7-13 % tasks/s; a third lane
-added nothing measurable.
+idle while the other worked; a second lane lets the worker build and the server run a batch each
+(a faster drain), a third added nothing (measured:
+docs/benchmarks.md#figures-that-justified-design-choices).
 
 Units of one *kind* (``run_many``) are handed to their kind's ``combine`` together, so that a
 batch of, say, forty terminal transitions is one set-based compare-and-swap statement plus one

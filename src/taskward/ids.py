@@ -2,11 +2,10 @@
 
 Every run, fact, event, notification and schedule row gets one. The first 48 bits are the Unix
 time in milliseconds, so ids made close together sort close together: new rows land on the same
-few index pages instead of a random page each. With random (version 4) ids a store holding
-millions of facts wrote 46 KiB of PostgreSQL WAL per task instead of 8, and a claim on SQLite
-80 KiB instead of 30 (bench/depth.py, issue 7). Nothing reads order or time out of an id;
-callers still treat ids as opaque strings. Random tokens that are not row ids (generated
-idempotency keys, worker ids) stay version 4.
+few index pages instead of a random page each; random (version 4) ids made a deep store write
+many more pages a task (measured: docs/benchmarks.md#figures-that-justified-design-choices).
+Nothing reads order or time out of an id; callers still treat ids as opaque strings. Random
+tokens that are not row ids (generated idempotency keys, worker ids) stay version 4.
 """
 
 from __future__ import annotations
@@ -52,7 +51,8 @@ def new_id() -> str:
     """A new version-7 UUID string: 48 bits of milliseconds, then 74 random bits.
 
     Built as text from the random bytes' hex form (uuid.UUID's own text form, without the
-    integer arithmetic or the object): a third of the cost on a worker's hot path."""
+    integer arithmetic or the object): cheaper on a worker's hot path (measured:
+    docs/benchmarks.md#figures-that-justified-design-choices)."""
     millis = "%012x" % (time.time_ns() // 1_000_000 & 0xFFFF_FFFF_FFFF)
     rand = _random10()
     h = rand.hex()  # 20 digits; 74 of their 80 bits are used

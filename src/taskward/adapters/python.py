@@ -99,8 +99,9 @@ def _read_signature(fn: Callable[..., Any]) -> inspect.Signature | None:
         return None
 
 
-# A task function's signature is read once, not on every run (it was a tenth of a no-op task's
-# CPU); bounded, and unhashable callables are simply read each time.
+# A task function's signature is read once, not on every run (reading it showed in a no-op
+# task's CPU: docs/benchmarks.md#figures-that-justified-design-choices);
+# bounded, and unhashable callables are simply read each time.
 _cached_signature = functools.lru_cache(maxsize=512)(_read_signature)
 
 
@@ -180,7 +181,8 @@ async def run_callable(
     forget = cancellation.on_cancel(stop)
     # Wait for the job on a future of our own, not on the job itself: cancelling this caller
     # (a host shutdown) must not wait for a function that ignores its cancellation. The same
-    # as ``asyncio.wait({job})``, without its sets and bookkeeping (7 us a task).
+    # as ``asyncio.wait({job})``, without its sets and bookkeeping (measured:
+    # docs/benchmarks.md#figures-that-justified-design-choices).
     done = asyncio.get_running_loop().create_future()
     job.add_done_callback(functools.partial(_wake, done))
     try:

@@ -125,7 +125,8 @@ def registry_for(state: CliState, config: AdapterConfig | None = None) -> TaskAd
 class LazyGroup(click.Group):
     """A click group whose subcommands other than the everyday ones import only when invoked:
     the HTTP service (the web stack), ``schedule`` and ``outbox`` (their tables). Every worker
-    starts without them: ``taskward worker`` spawns about 30 ms sooner."""
+    starts without them, so it spawns sooner (measured:
+    docs/benchmarks.md#figures-that-justified-design-choices)."""
 
     def __init__(
         self, *args: Any, lazy_subcommands: dict[str, str] | None = None, **kwargs: Any
@@ -183,11 +184,11 @@ def template_options(fn: Any) -> Any:
 
 # The cyclic garbage collector, tuned for a long-running worker process (worker, serve, up; never
 # when taskward is a library in someone else's process). With CPython's default first threshold
-# (700 container allocations) a no-op drain collected 1,700 times and ran 14 full collections of
-# every object the imports had made: 9 % of the worker's CPU. Everything alive once start-up is
-# over is frozen out of the collector's view (gc.freeze), and the first threshold is 10,000: on
-# 20,000-task PostgreSQL drains, 10 collections instead of 1,870, worker CPU 261 -> 224 us a
-# task. Reference counting still frees almost everything at once; a cycle waits a little longer.
+# (700 container allocations) a no-op drain collected over and over, and its full collections
+# walked every object the imports had made: a visible share of the worker's CPU. Everything alive
+# once start-up is over is frozen out of the collector's view (gc.freeze), and the first
+# threshold is raised (measured: docs/benchmarks.md#figures-that-justified-design-choices).
+# Reference counting still frees almost everything at once; a cycle waits a little longer.
 GC_FIRST_THRESHOLD: Final = 10_000
 
 
@@ -200,9 +201,10 @@ def tune_gc() -> None:
 
 
 # The event loop of the same processes: uvloop's where it is installed (a dependency on CPython
-# off Windows), asyncio's otherwise. A no-op PostgreSQL drain in-process, 6 interleaved pairs:
-# worker CPU 189 -> 177 us a task, tasks/s +3.8 % (SQLite: no change). TASKWARD_EVENT_LOOP
-# chooses: ``auto`` (the default), ``uvloop`` (fails when it is missing) or ``asyncio``.
+# off Windows), asyncio's otherwise: less worker CPU a task on PostgreSQL (measured:
+# docs/benchmarks.md#figures-that-justified-design-choices).
+# TASKWARD_EVENT_LOOP chooses: ``auto`` (the default), ``uvloop`` (fails when it is missing) or
+# ``asyncio``.
 EVENT_LOOP_ENV: Final = "TASKWARD_EVENT_LOOP"
 EVENT_LOOPS: Final = ("auto", "uvloop", "asyncio")
 

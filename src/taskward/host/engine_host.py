@@ -364,7 +364,8 @@ class ResidentEngineHost:
     def _cwd_exists(self, cwd: Path, *, now: float | None = None) -> bool:
         """``cwd.is_dir()`` (False for a missing path too: one stat, not two), a positive
         answer remembered for CWD_CHECK_TTL_S: the tasks of a host mostly share one directory,
-        and a stat per task was 2 % of a no-op task's time. A directory removed meanwhile is
+        and a stat per task showed in a no-op task's time (measured:
+        docs/benchmarks.md#figures-that-justified-design-choices). A directory removed meanwhile is
         noticed at most that much later, by the task's own first use of it otherwise. ``now``:
         a ``time.monotonic()`` reading (tests inject it)."""
         now = time.monotonic() if now is None else now

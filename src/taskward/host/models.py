@@ -67,7 +67,8 @@ def checked_task(
     deadline: datetime,
 ) -> Task:
     """``Task(...)`` for a claimed run, each of its validators' checks made here directly (a
-    claim hands the host one per task: the model's validation was 2 % of a worker's CPU).
+    claim hands the host one per task, and the model's validation showed in a worker's CPU:
+    measured, docs/benchmarks.md#figures-that-justified-design-choices).
     Values that fail a check, or are not of their field's exact type, go through ``Task`` and
     raise as it does. The instance is built as ``model_construct`` builds one, without its
     per-field loop; a unit test holds it equal to the validated model, field by field."""

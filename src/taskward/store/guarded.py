@@ -105,8 +105,9 @@ def _sqlite_statement(shape: Shape, returning: tuple[str, ...], count: int) -> s
     """The SQLite statement of a shape for ``count`` rows: ``VALUES (?, ?, ...), ...`` with
     positional parameters, a row's values in ``_columns(shape)`` order, then the rows in
     order (``_table`` flattened). Positional: with one named parameter per cell, binding a
-    31-row completion (a dict of 400-odd names, each looked up by SQLite's name) cost as much
-    as the update itself: 17 -> 8.5 us a row, a completion's shape, every index in place."""
+    batch's completion (a dict of hundreds of names, each looked up by SQLite's name) cost as
+    much as the update itself (measured:
+    docs/benchmarks.md#figures-that-justified-design-choices)."""
     names, _ = _columns(shape)
     row = "(" + ", ".join("?" for _ in names) + ")"
     source = "VALUES " + ", ".join(row for _ in range(count))
@@ -198,8 +199,8 @@ def _pg_statement(shape: Shape, returning: tuple[str, ...], audited: bool) -> st
 
 
 def _pg_params(shape: Shape, table: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
-    """Each column of ``table`` as the binary array of its type (``store.pgarrays``: built here
-    at a third to a half of psycopg's generic list dumper; a binary array holds one type, so
+    """Each column of ``table`` as the binary array of its type (``store.pgarrays``: cheaper
+    than psycopg's generic list dumper; a binary array holds one type, so
     each column's values are coerced to it)."""
     _, columns = _columns(shape)
     return {

@@ -6,7 +6,8 @@ psycopg's generic list dumper inspects each list to choose an element type, then
 element by element through its per-type dumpers; for the handful of element types taskward
 sends, the format (``array_send``: dimensions, a has-nulls flag, the element type's oid, then
 each element as its length and its binary form, -1 for NULL) is a few lines of ``struct``, and
-building it here costs a third to a half as much (a 16-row text column: 3.7 -> 1.7 us).
+building it here is much cheaper (measured:
+docs/benchmarks.md#figures-that-justified-design-choices).
 
 The store's PostgreSQL connections carry a binary dumper for ``PgArray`` that sends ``data``
 as it is, under the array type's oid (``store.postgres.db``). Elements are coerced to the one

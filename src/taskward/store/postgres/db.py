@@ -55,10 +55,10 @@ _NOW_SQL = "SELECT extract(epoch FROM clock_timestamp())::float8 AS now"
 # can answer). Without this, a table filled moments ago and not yet analyzed has no
 # statistics, the planner guesses that a guard such as ``leased_by IS NULL`` keeps 0.5 % of
 # its rows, and it nests the set-based compare-and-swap's arrays under a scan of the whole
-# table: 28-44 ms for a claim of 20 rows among 3,000 fresh ones (auto_explain), through the
-# first half second of a drain, and worse the deeper the queue. JIT is off with it: a scan
-# that must stay (a table with no index for the question) now costs 1e10 on paper, which would
-# otherwise compile the statement (migration 0006 saw 600 ms a call for a sort priced so).
+# table at the start of a drain, worse the deeper the queue (measured:
+# docs/benchmarks.md#figures-that-justified-design-choices).
+# JIT is off with it: a scan that must stay (a table with no index for the question) now costs
+# 1e10 on paper, which would otherwise compile the statement (as migration 0006 found).
 # Both travel with BEGIN: no round trip of their own.
 _BEGIN_SQL = "BEGIN; SET LOCAL enable_seqscan = off; SET LOCAL jit = off"
 _BEGIN_NOW_SQL = f"{_BEGIN_SQL}; {_NOW_SQL}".encode()
@@ -488,8 +488,9 @@ class PostgresDB:
         self._closed = False
         # The hot connection: one pool connection kept checked out for whoever needs a
         # connection while it is free. Calls that follow one another (single admissions, a
-        # worker's group commits, which never overlap) then skip the pool's checkout and return,
-        # which cost about as much as a round trip on loopback. Concurrent callers use the pool.
+        # worker's group commits, which never overlap) then skip the pool's checkout and return
+        # (measured: docs/benchmarks.md#figures-that-justified-design-choices).
+        # Concurrent callers use the pool.
         self._hot: AsyncConn | None = None
         self._hot_busy = False
         self._signals = Signals()

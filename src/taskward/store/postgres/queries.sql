@@ -859,9 +859,9 @@ INSERT INTO status_transitions (
 -- queries.many_columns() names them from the casts below), and
 -- keeps that statement's per-row semantics. Times are the statement's "now", never an array.
 -- Tx.write_many runs them all in one round trip and answers how many rows each wrote, so none
--- returns rows. Arrays, not a JSON document of the rows: submit_tasks 11-21 % faster (a
--- drain the same: psycopg dumps array elements one by one), and a summary's JSON text is not
--- escaped a second time.
+-- returns rows. Arrays, not a JSON document of the rows: submit_tasks is faster and a drain
+-- no slower (measured: docs/benchmarks.md#figures-that-justified-design-choices),
+-- and a summary's JSON text is not escaped a second time.
 
 -- name: fact_ids_among
 -- Which of the facts :ids (a JSON array) exist: after write_many fell short of them.

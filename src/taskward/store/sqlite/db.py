@@ -163,10 +163,10 @@ def set_pragmas(conn: sqlite3.Connection, synchronous: str) -> None:
     conn.execute("PRAGMA foreign_keys=ON")
     # Statement journals and the scratch tables of RETURNING, sorts and the like in memory,
     # not in temporary files: a write statement inside a transaction that already changed
-    # its pages (a group commit's claims after its completions) opened and wrote one,
-    # which made each claimed row's compare-and-swap cost 40 us instead of 29 (the
-    # completions' 38 instead of 31; 10,000-task drains). They are as small as the
-    # statement's own changes; taskward sorts no large result.
+    # its pages (a group commit's claims after its completions) opened and wrote one, which
+    # made every compare-and-swap of a drain dearer (measured:
+    # docs/benchmarks.md#figures-that-justified-design-choices).
+    # They are as small as the statement's own changes; taskward sorts no large result.
     conn.execute("PRAGMA temp_store=MEMORY")
 
 
@@ -189,8 +189,9 @@ def _positional(sql: str) -> tuple[str, bool, Callable[[Mapping[str, Any]], tupl
 def _positional_rows(
     sql: str, rows: Sequence[Params], now: float
 ) -> tuple[str, list[tuple[Any, ...]]]:
-    """``sql`` with positional parameters and each row's values in their order: binding 16
-    values by name cost 5.3 us a fact row, by position 3.8 (31 facts, every index in place).
+    """``sql`` with positional parameters and each row's values in their order: binding by
+    position is cheaper than by name (measured:
+    docs/benchmarks.md#figures-that-justified-design-choices).
     A row missing a value is a KeyError, as a missing named parameter is an error."""
     text, takes_now, values = _positional(sql)
     if takes_now:

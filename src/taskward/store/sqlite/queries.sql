@@ -11,7 +11,8 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.u
 -- name: run_insert_if_new
 -- Admission (ADR-0072 D2, R8): insert a queued row unless the key exists; writes no fact.
 -- One statement, its own transaction; its row count (1 or 0) says whether it inserted, and the
--- caller made the id (RETURNING would cost SQLite a scratch table: 8 % of an admission).
+-- caller made the id (RETURNING would cost SQLite a scratch table:
+-- docs/benchmarks.md#figures-that-justified-design-choices).
 INSERT INTO schedule_runs (
   id, schedule_id, invocation_id, trigger_context,
   action_kind, action_args, status, chain_depth,
@@ -674,10 +675,11 @@ INSERT INTO status_transitions (
 
 -- Set-based writes (transitions.apply_transitions, the summary store, submit_tasks),
 -- run by Tx.write_many: on SQLite with executemany, once per row, each row bound directly (no
--- JSON to build in Python nor to parse here: measured at less than half the cost of a
--- json_each insert). So each is its one-row counterpart above, without RETURNING (executemany
--- takes none): write_many answers how many rows each statement wrote, and a caller that
--- needs to know which row was skipped reads it back.
+-- JSON to build in Python nor to parse here: cheaper than a json_each insert, measured in
+-- docs/benchmarks.md#figures-that-justified-design-choices).
+-- So each is its one-row counterpart above, without RETURNING (executemany takes none):
+-- write_many answers how many rows each statement wrote, and a caller that needs to know which
+-- row was skipped reads it back.
 
 -- name: fact_insert_many
 -- fact_insert for each fact; a fact whose key is taken inserts nothing (the count falls short).
