@@ -273,7 +273,8 @@ class ResidentEngineHost:
         the bound and a stop end it. An idle worker's pickup latency
         is this path (a notification, then the next claim): an ``asyncio.wait`` over a task
         for the stop event and a task for the source's wait, cancelled and gathered afterwards,
-        took three more loop turns, ~100 us here (issue 7, pickup p50 on PostgreSQL).
+        took three more loop turns (measured:
+        docs/benchmarks.md#figures-that-justified-design-choices).
         """
         if self._stopping:
             return

@@ -199,7 +199,8 @@ SELECT * FROM taskward_claim_lock_page(
 --   around the row's id and attempt) and event, exactly apply_transition's. A taken transition
 --   key fails the statement (the unique index refuses the fact; the store raises
 --   KeyAlreadyUsed and the transaction is aborted): a plain insert, not ON CONFLICT, whose
---   speculative insertion cost ~5 us of server time a row. fact_written is always true.
+--   speculative insertion costs server time on every row (measured:
+--   docs/benchmarks.md#figures-that-justified-design-choices). fact_written is always true.
 -- Every returned row carries the page's size, whether a locked keyed row was met and whether
 -- the heartbeat was stale; a pass that claimed nothing returns one row of these alone.
 WITH ctx AS MATERIALIZED (
