@@ -17,7 +17,7 @@ import pytest
 
 import taskward
 from taskward.adapters import AdapterConfig, build_registry
-from taskward.adapters.process import (
+from taskward.adapters.childenv import (
     CHILD_ENV_BASICS,
     child_environment,
     parse_env_passthrough,

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from taskward.adapters.childenv import ENV_CHILD_ENV_PASSTHROUGH, parse_env_passthrough
 from taskward.adapters.command import CommandAdapter
 from taskward.adapters.launcher import DEFAULT_LAUNCHER, LAUNCHER_KINDS, LauncherAdapter
-from taskward.adapters.process import ENV_CHILD_ENV_PASSTHROUGH, parse_env_passthrough
 from taskward.adapters.python import PythonAdapter, PythonFunctionAdapter, task, task_functions
 from taskward.adapters.workflow import FileWorkflowLibrary, WorkflowAdapter, WorkflowLibrary
 from taskward.errors import TaskValidationError
@@ -82,7 +82,7 @@ class AdapterConfig:
     are callable through ``python`` too). ``launcher``: the program the launcher kinds run.
     ``workflow_library``: the directory of workflow definitions; without one there is no
     ``workflow`` kind. ``child_env_passthrough``: worker variables (names, ``PREFIX*``) that
-    command, launcher and workflow children see beyond the basics (``process.child_environment``;
+    command, launcher and workflow children see beyond the basics (``childenv.child_environment``;
     never the API tokens or other secrets). The defaults allow no command and no module.
     """
 

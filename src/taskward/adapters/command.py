@@ -6,7 +6,7 @@ allowlist entry matches ``argv[0]`` exactly: a bare name matches only that bare 
 the worker's own PATH, which the task's ``env`` cannot redirect), a path only that path. While an
 allowlist is in force the task's ``env`` may not set dynamic-loader variables (``LD_*``).
 
-The child sees only the minimal environment of ``process.child_environment`` (PATH, HOME, the
+The child sees only the minimal environment of ``childenv.child_environment`` (PATH, HOME, the
 locale, ...), the names the deployment passes through (``TASKWARD_CHILD_ENV_PASSTHROUGH``) and
 the task's ``env``: never the worker's tokens or other settings, since its output is evidence
 that every reader sees.
@@ -21,12 +21,12 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from taskward.adapters.childenv import validate_env_passthrough
 from taskward.adapters.process import (
     KILL_GRACE_S,
     run_process,
     task_args,
     validate_argv,
-    validate_env_passthrough,
     validate_memory_limit,
     validate_process_args,
 )

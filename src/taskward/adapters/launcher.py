@@ -7,7 +7,7 @@ sorted key order (``_`` in a key becomes ``-``; ``true`` is a bare ``--key``; ``
 ``null`` are left out; a list repeats the flag per item), then ``args.argv`` (a list of strings)
 is appended as is. ``--key=value`` keeps a value that starts with ``-`` a value. ``cwd``, ``env``
 and ``timeout_s`` apply to the launcher process as they do for ``command``; like a command,
-the launcher gets the minimal child environment (``process.child_environment``), not the
+the launcher gets the minimal child environment (``childenv.child_environment``), not the
 worker's: a launcher that needs a setting gets it through ``TASKWARD_CHILD_ENV_PASSTHROUGH``.
 """
 
@@ -17,12 +17,12 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from taskward.adapters.childenv import validate_env_passthrough
 from taskward.adapters.process import (
     KILL_GRACE_S,
     run_process,
     task_args,
     validate_argv,
-    validate_env_passthrough,
     validate_process_args,
 )
 from taskward.errors import TaskValidationError

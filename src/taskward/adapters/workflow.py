@@ -6,7 +6,7 @@ Registered only where a library is configured. The file-based library keeps defi
 checked at admission and again, on the same bytes that are parsed, before every run. A
 definition is ``{"steps": [{"argv": [...], "cwd"?, "env"?, "timeout_s"?}, ...]}``; steps run in
 order as argv lists, never through a shell, each with the minimal child environment of
-``process.child_environment`` plus the step's ``env``, and the first step that does not
+``childenv.child_environment`` plus the step's ``env``, and the first step that does not
 complete ends the run with its status. The task's ``args.timeout_s`` bounds the whole run.
 
 The library, not the submitter, decides what runs: task args cannot change a step.
@@ -22,12 +22,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from taskward.adapters.childenv import validate_env_passthrough
 from taskward.adapters.process import (
     KILL_GRACE_S,
     run_process,
     task_args,
     validate_argv,
-    validate_env_passthrough,
     validate_process_args,
 )
 from taskward.errors import TaskValidationError

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from taskward.adapters.process import ENV_CHILD_ENV_PASSTHROUGH, parse_env_passthrough
+from taskward.adapters.childenv import ENV_CHILD_ENV_PASSTHROUGH, parse_env_passthrough
 from taskward.errors import TaskValidationError
 from taskward.outbox.targets import (
     DEFAULT_COMMAND_TIMEOUT_S,

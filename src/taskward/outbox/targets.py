@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from taskward.adapters.process import child_environment, validate_env_passthrough
+from taskward.adapters.childenv import child_environment, validate_env_passthrough
 from taskward.errors import TaskValidationError
 from taskward.outbox.signing import (
     ATTEMPT_HEADER,
@@ -142,7 +142,7 @@ class CommandTarget:
     """A local program: ``argv`` run directly (never through a shell) in its own process
     group, the envelope on stdin. Exit code 0 acknowledges; anything else, a program that
     cannot start or one still running at ``timeout_s`` (its group is killed) is a failed
-    attempt. Its environment is the minimal one of ``process.child_environment`` (plus
+    attempt. Its environment is the minimal one of ``childenv.child_environment`` (plus
     ``env_passthrough``), never the worker's, with ``TASKWARD_NOTIFICATION_ID``, ``_KIND``,
     ``_DEDUP_KEY`` and ``_ATTEMPT`` added."""
 
