@@ -409,7 +409,7 @@ async def test_decided_fires_survive_a_crash_before_admission(
     db: StateDB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = await add(db, interval_s=60, misfire_policy="catch_up")
-    import taskward.schedules as schedules
+    import taskward.schedules.scheduler as schedules
 
     real_submit = schedules.submit_task
 
