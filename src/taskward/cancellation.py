@@ -62,6 +62,19 @@ async def _replayed(tx: Tx, task_id: str, key: str) -> CancelResult | None:
     return None
 
 
+def validate_cancel_request(idempotency_key: str, reason: str) -> None:
+    """``request_task_cancel``'s checks of its key and reason, before any SQL (R14): the same
+    key and text rules as admission, so a NUL or a lone surrogate is a validation error on both
+    backends, never a driver error. The CLI asks before it announces a generated key."""
+    check_key("idempotency_key", idempotency_key)
+    if not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH:
+        shown = f"{len(reason)} characters" if isinstance(reason, str) else reason
+        raise TaskValidationError(
+            "reason", shown, f"text of at most {MAX_REASON_LENGTH} characters"
+        )
+    check_text("reason", reason)
+
+
 async def request_task_cancel(
     db: StateDB,
     task_id: str,
@@ -78,15 +91,7 @@ async def request_task_cancel(
         TaskValidationError: a bad idempotency key (the key rule of admission,
             ``models.check_key``) or reason (text of at most ``MAX_REASON_LENGTH`` characters).
     """
-    # Checked before any SQL (R14): the same key and text rules as admission, so a NUL or a
-    # lone surrogate is a validation error on both backends, never a driver error.
-    check_key("idempotency_key", idempotency_key)
-    if not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH:
-        shown = f"{len(reason)} characters" if isinstance(reason, str) else reason
-        raise TaskValidationError(
-            "reason", shown, f"text of at most {MAX_REASON_LENGTH} characters"
-        )
-    check_text("reason", reason)
+    validate_cancel_request(idempotency_key, reason)
     if not isinstance(task_id, str) or "\x00" in task_id or shown_text(task_id) != task_id:
         raise TaskNotFound(shown_text(task_id) if isinstance(task_id, str) else repr(task_id))
     for _ in range(_MAX_ROUNDS):

@@ -255,6 +255,14 @@ def test_cancel_of_a_queued_task_is_immediate_and_recorded(taskward: Taskward) -
     assert "operator:" in fact
 
 
+def test_a_bad_cancel_reason_exits_2_before_a_key_is_announced(taskward: Taskward) -> None:
+    task_id = taskward("task", "submit", "agent", "--key", "c2").stdout.strip()
+    refused = taskward("task", "cancel", task_id, "--reason", "x" * 1001)
+    assert refused.code == EXIT_BAD_INPUT, refused.stderr
+    assert "reason" in refused.stderr and "generated idempotency key" not in refused.stderr
+    assert taskward("task", "show", task_id, "--json").json()["status"] == "queued"
+
+
 def test_show_history_and_cancel_of_a_missing_task_exit_1(taskward: Taskward) -> None:
     for argv in (
         ["task", "show", "no-such-task"],

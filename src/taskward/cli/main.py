@@ -23,6 +23,7 @@ from taskward import (
     submit_task,
 )
 from taskward.admission import validate_application
+from taskward.cancellation import validate_cancel_request
 from taskward.cli.common import (
     CliState,
     LazyGroup,
@@ -244,8 +245,10 @@ def task_history(state: CliState, task_id: str) -> None:
 def task_cancel(state: CliState, task_id: str, key: str | None, reason: str) -> None:
     """Cancel a task: at once when no worker holds it, else ask its worker to stop."""
     out = state.output
-    if key is None:
-        key = generated_key()
+    generated = key is None
+    key = generated_key() if key is None else key
+    validate_cancel_request(key, reason)  # bad input exits 2 before a key is announced
+    if generated:
         out.notice(
             f"generated idempotency key {key}; to retry this request safely, pass --key {key}"
         )

@@ -169,7 +169,10 @@ def problem_for_error(exc: TaskwardError, *, instance: str, retry_after_s: int) 
         extensions.update(notification_id=exc.notification_id)
     detail = _bounded(" ".join(str(exc).split()), _MAX_DETAIL_CHARS)
     if isinstance(exc, StoreError):
-        log.warning("store failure answering %s: %r", instance, exc, exc_info=exc)
+        # A store that is away (an outage answers every request with it) is one line; a store
+        # that failed otherwise keeps its traceback for the operator.
+        away = isinstance(exc, StoreUnavailable)
+        log.warning("store failure answering %s: %r", instance, exc, exc_info=None if away else exc)
         headers["Retry-After"] = str(retry_after_s)
         if not isinstance(exc, StoreUnavailable):
             detail = "the store failed; try again later"
