@@ -495,6 +495,11 @@ async def test_the_openapi_document_describes_the_api(client: httpx.AsyncClient)
         assert path in paths
     assert "409" in paths["/api/tasks"]["post"]["responses"]
     assert not any(p.startswith("/ui") or p == "/" for p in paths)
+    # every route that checks a token documents the failed-authentication limit's answer
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            if "401" in operation["responses"]:
+                assert "429" in operation["responses"], (method, path)
 
 
 # -- the store away -----------------------------------------------------------------------

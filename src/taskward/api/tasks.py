@@ -49,8 +49,12 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
         409: "The idempotency key already admitted a different application.",
         413: "The request body is over the limit.",
         422: "Invalid input: the problem names the field and what is allowed. Nothing stored.",
+        429: "Too many failed authentications from this address; retry after Retry-After "
+        "seconds (no token is checked meanwhile).",
         503: "The store is unavailable; retry after Retry-After seconds.",
     }
+    if 401 in codes:  # every route that checks a token may refuse to while a client guesses
+        codes = (*codes, 429)
     return {
         code: {
             "model": Problem,

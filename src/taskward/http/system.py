@@ -51,6 +51,7 @@ async def healthz(request: Request) -> dict[str, Any]:
             for code, text in (
                 (401, "No or an invalid API token (only when tokens are configured)."),
                 (403, "The token lacks the read scope."),
+                (429, "Too many failed authentications from this address; retry later."),
                 (503, "The store is unavailable."),
             )
         },
