@@ -10,13 +10,16 @@ Requests are idempotent by key: the same key returns the original answer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
+from collections.abc import Callable, Mapping
 
 from taskward.canonical import dumps
 from taskward.errors import TaskNotFound, TaskValidationError
 from taskward.ids import new_id
 from taskward.lifecycle import Status, is_terminal
+from taskward.loops import raise_if_cancelling
 from taskward.models import (
     Actor,
     CancelResult,
@@ -26,6 +29,7 @@ from taskward.models import (
     check_text,
     shown_text,
 )
+from taskward.registry import CancellationToken
 from taskward.store.port import StateDB, Tx
 from taskward.transitions import KeyAlreadyUsed, apply_transition, request_hash
 
@@ -169,3 +173,33 @@ async def cancel_task(db: StateDB, run_id: str, *, actor: Actor, now: float | No
         db, run_id, actor=actor, idempotency_key=f"cancel_task:{uuid.uuid4()}", now=now
     )
     return result.state != "already_terminal"
+
+
+# How often a running worker looks for recorded requests when no wake-up came (a fallback).
+CANCEL_POLL_SECONDS = 1.0
+
+
+async def watch_cancellations(
+    db: StateDB,
+    tokens: Callable[[], Mapping[str, CancellationToken]],
+    *,
+    poll_s: float = CANCEL_POLL_SECONDS,
+) -> None:
+    """Forward recorded cancellation requests to the running adapters' tokens, until cancelled.
+
+    Wakes on the store's ``cancel`` signal (NOTIFY on PostgreSQL, in-process on SQLite) and
+    polls every ``poll_s`` as a fallback.
+    """
+    signal = db.signal("cancel")
+    while True:
+        raise_if_cancelling()
+        seen = signal.seq
+        live = tokens()
+        active = [task_id for task_id, token in live.items() if not token.is_cancelled]
+        if active:
+            with contextlib.suppress(Exception):
+                rows = await db.fetchall("run_cancel_requested_among", {"ids": json.dumps(active)})
+                for row in rows:
+                    if row["id"] in live:
+                        live[row["id"]].cancel("cancellation requested")
+        await signal.wait(seen, poll_s)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from taskward.cancellation import watch_cancellations
 from taskward.claims import (
     DEFAULT_HEARTBEAT_TTL_SECONDS,
     DEFAULT_LEASE_SLACK_SECONDS,
@@ -33,6 +34,7 @@ from taskward.claims import (
     new_worker_id,
 )
 from taskward.execution import RetryPolicy
+from taskward.heartbeat import register_heartbeat
 from taskward.host.engine_host import ResidentEngineHost
 from taskward.host.models import Task
 from taskward.host.runner import AdapterRunner, TaskSession
@@ -49,7 +51,6 @@ from taskward.registry import TaskAdapterRegistry
 from taskward.schedules import Scheduler
 from taskward.store.port import StateDB
 from taskward.store.retry import STORE_BACKOFF, Streak, loop_backoff, retry_while_unavailable
-from taskward.worker import register_heartbeat, watch_cancellations
 
 log = logging.getLogger("taskward.runtime")
 

@@ -13,17 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
-import os
-import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import Any, cast
 
 from taskward.adapters import build_registry
+from taskward.cancellation import watch_cancellations
 from taskward.claims import (
     CLAIM_CAP,
     DEFAULT_HEARTBEAT_TTL_SECONDS,
@@ -34,9 +32,9 @@ from taskward.claims import (
     new_worker_id,
 )
 from taskward.execution import RetryPolicy, execute_lease, settle_lease
+from taskward.heartbeat import register_heartbeat
 from taskward.host.models import SessionSummary, manifest_ref, summary_facts
 from taskward.host.summaries import LocalSummaryStore
-from taskward.loops import raise_if_cancelling
 from taskward.maintenance.reaper import reap_expired_leases
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.settings import get_max_attempts
@@ -56,35 +54,6 @@ __all__ = [
 log = logging.getLogger("taskward.worker")
 
 ExecuteFn = Callable[[dict[str, Any]], Awaitable[tuple[int, str]]]
-CANCEL_POLL_SECONDS = 1.0
-
-
-async def register_heartbeat(
-    db: StateDB,
-    *,
-    worker_id: str,
-    advertised_capabilities: list[str] | None = None,
-    execution_targets: list[str] | None = None,
-    now: float | None = None,
-    served_kinds: Sequence[str] = (),
-    concurrency: int | None = None,
-    leased_run_id: str | None = None,
-) -> None:
-    """Upsert the worker's heartbeat row with what it advertises (default target ``host``)."""
-    async with db.transaction(now=now) as tx:
-        await tx.execute(
-            "worker_heartbeat",
-            {
-                "worker_id": worker_id,
-                "advertised_capabilities": json.dumps(sorted(set(advertised_capabilities or []))),
-                "execution_targets": json.dumps(sorted(set(execution_targets or ["host"]))),
-                "served_kinds": json.dumps(sorted(set(served_kinds))),
-                "leased_run_id": leased_run_id,
-                "hostname": socket.gethostname(),
-                "pid": os.getpid(),
-                "concurrency": concurrency,
-            },
-        )
 
 
 class _LegacyExecuteAdapter:
@@ -107,32 +76,6 @@ class _LegacyExecuteAdapter:
         if code == 0:
             return TaskExecutionResult(status="completed", exit_code=0)
         return TaskExecutionResult(status="failed", exit_code=code, error_detail=output)
-
-
-async def watch_cancellations(
-    db: StateDB,
-    tokens: Callable[[], Mapping[str, CancellationToken]],
-    *,
-    poll_s: float = CANCEL_POLL_SECONDS,
-) -> None:
-    """Forward recorded cancellation requests to the running adapters' tokens, until cancelled.
-
-    Wakes on the store's ``cancel`` signal (NOTIFY on PostgreSQL, in-process on SQLite) and
-    polls every ``poll_s`` as a fallback.
-    """
-    signal = db.signal("cancel")
-    while True:
-        raise_if_cancelling()
-        seen = signal.seq
-        live = tokens()
-        active = [task_id for task_id, token in live.items() if not token.is_cancelled]
-        if active:
-            with contextlib.suppress(Exception):
-                rows = await db.fetchall("run_cancel_requested_among", {"ids": json.dumps(active)})
-                for row in rows:
-                    if row["id"] in live:
-                        live[row["id"]].cancel("cancellation requested")
-        await signal.wait(seen, poll_s)
 
 
 class _AtTime:
