@@ -540,3 +540,22 @@ async def test_metrics_sum_the_recorded_counters(db: StateDB) -> None:
         "overlap_skips": 0,
         "misfire_skips": 5,  # 3 skipped (none on time) + 2 before fire_once's latest
     }
+
+
+# -- a template's secrets ---------------------------------------------------------------------
+
+
+async def test_a_templates_env_is_redacted_in_every_read_but_fires_with_its_values(
+    db: StateDB,
+) -> None:
+    s = await add(db, args={"argv": ["true"], "env": {"API_KEY": "s3cret"}})
+    reads = [s, await get_schedule(db, s["id"]), *(await list_schedules(db))]
+    for row in reads:
+        assert row["action_args"]["env"] == {"API_KEY": "***"}
+    assert "s3cret" not in repr(reads)
+    # what fires the template admits it whole: the scheduler and a manual fire
+    await Scheduler(db, REGISTRY).run_once(now=T0 + 61)
+    manual = await fire_schedule(db, s["id"], registry=REGISTRY)
+    for task_id in {r["id"] for r in await runs_of(db, s["id"])} | {manual}:
+        row = await taskward.get_task(db, task_id, reveal_env=True)
+        assert row["action_args"]["env"] == {"API_KEY": "s3cret"}

@@ -31,6 +31,7 @@ from taskward.models import (
     check_text,
     shown_text,
 )
+from taskward.reads import redact_args
 from taskward.registry import TaskAdapterRegistry
 from taskward.store.port import Row, StateDB
 
@@ -62,13 +63,17 @@ def manual_fire_key(schedule_id: str) -> str:
     return f"manual:{schedule_id}:{uuid.uuid4()}"
 
 
-def normalized(row: Row) -> Row:
-    """Rows read the same on both dialects: ``enabled`` a bool, ``pending_fires`` a list."""
+def normalized(row: Row, *, reveal_env: bool = False) -> Row:
+    """Rows read the same on both dialects: ``enabled`` a bool, ``pending_fires`` a list; the
+    template's ``env`` values redacted as a task's are (``reads.redact_args``) unless
+    ``reveal_env``: only what fires the template (the scheduler, ``fire_schedule``) reads them."""
     out = dict(row)
     out["enabled"] = bool(out["enabled"])
     pending = out.get("pending_fires")
     if isinstance(pending, str):
         out["pending_fires"] = loads(pending)
+    if not reveal_env and "action_args" in out:
+        out["action_args"] = redact_args(out["action_args"])
     return out
 
 
@@ -241,8 +246,9 @@ async def create_schedule(
     return normalized(row)
 
 
-async def get_schedule(db: StateDB, schedule_ref: str) -> Row:
-    """The schedule with this id (removed ones too), else the live one with this name.
+async def get_schedule(db: StateDB, schedule_ref: str, *, reveal_env: bool = False) -> Row:
+    """The schedule with this id (removed ones too), else the live one with this name; its
+    template's ``env`` values redacted unless ``reveal_env`` (``normalized``).
 
     Raises:
         ScheduleNotFound: neither matches.
@@ -257,7 +263,7 @@ async def get_schedule(db: StateDB, schedule_ref: str) -> Row:
         row = await db.fetchone("schedule_get_by_name", {"name": schedule_ref})
     if row is None:
         raise ScheduleNotFound(schedule_ref)
-    return normalized(row)
+    return normalized(row, reveal_env=reveal_env)
 
 
 async def list_schedules(
@@ -340,7 +346,7 @@ async def fire_schedule(
         ScheduleNotFound; TaskValidationError (a removed schedule, a malformed key, a template
         this registry rejects); TaskIdempotencyConflict.
     """
-    row = await get_schedule(db, schedule_ref)
+    row = await get_schedule(db, schedule_ref, reveal_env=True)  # the template is admitted
     _refuse_removed(row, "fired")
     key = manual_fire_key(row["id"]) if idempotency_key is None else idempotency_key
     check_key("idempotency_key", key)  # admission's key rule, before its shape is read

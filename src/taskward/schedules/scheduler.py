@@ -183,7 +183,7 @@ class Scheduler:
         )
         for row in rows:
             report.evaluated += 1
-            await self._evaluate(normalized(row), moment, current, report)
+            await self._evaluate(normalized(row, reveal_env=True), moment, current, report)
         self.metrics.passes += 1
         return report
 
@@ -206,7 +206,7 @@ class Scheduler:
             fresh = await self.db.fetchone("schedule_get", {"id": row["id"]})
             if fresh is None:  # pragma: no cover - schedules are never deleted (R11)
                 return
-            row = normalized(fresh)
+            row = normalized(fresh, reveal_env=True)
 
     async def _decide(self, row: Row, moment: float, current: int, report: PassReport) -> bool:
         """Decide the due fires with one compare-and-swap; False when it lost the race."""
