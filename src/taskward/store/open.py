@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from taskward.errors import StoreError, TaskValidationError
@@ -91,12 +91,24 @@ def _count(options: dict[str, str], name: str, default: int, *, least: int) -> i
     )
 
 
+# libpq options that carry a secret (conninfo keywords), shown as *** wherever a URL is shown.
+_SECRET_OPTIONS: Final = frozenset({"password", "sslpassword"})
+
+
 def redact(url: str) -> str:
+    """``url`` as it may be shown (banners, errors): its password, in the authority or as a
+    query option, replaced by ``***``."""
     parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    secret_option = any(name in _SECRET_OPTIONS for name, _ in query)
+    if not parts.password and not secret_option:
+        return url  # rebuilt, a sqlite:/// URL would lose a slash
     if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
+        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+    if secret_option:
+        shown = [(name, "***" if name in _SECRET_OPTIONS else value) for name, value in query]
+        parts = parts._replace(query=urlencode(shown, safe="*"))
+    return urlunsplit(parts)
 
 
 # A dialect's settings are its stores' constructor arguments, by name: the async store and the
