@@ -153,7 +153,9 @@ def outcome_for(
     }
     if report.status == "completed":
         return Outcome("completed", "completed", "adapter completed", terminal_patch)
-    if report.retryable:
+    # An adapter's own ``cancelled`` is never retried, whatever it says (ADR-0072 D5: it answers
+    # a cancellation request); only the host's retryable ``cancelled`` (a shutdown) is.
+    if report.retryable and (report.status != "cancelled" or report.cause == "cancelled"):
         if report.cause == "cancelled" and lease.attempt < max_attempts:
             # R10: a host shutdown is retryable and the retry is due at once.
             return Outcome(

@@ -48,6 +48,15 @@ def failure(code: str, *, retryable: bool, detail: str = "why") -> Report:
         (TaskExecutionResult("completed", exit_code=0), 1, False, "completed", "completed"),
         (TaskExecutionResult("cancelled"), 1, True, "cancelled", "cancel_acknowledged"),
         (TaskExecutionResult("cancelled"), 1, False, "failed", "execution_failed"),
+        # an adapter's own cancelled is never retried, even marked retryable
+        (
+            TaskExecutionResult("cancelled", retryable=True),
+            1,
+            True,
+            "cancelled",
+            "cancel_acknowledged",
+        ),
+        (TaskExecutionResult("cancelled", retryable=True), 1, False, "failed", "execution_failed"),
         (TaskExecutionResult("failed", exit_code=1), 1, False, "failed", "execution_failed"),
         (
             TaskExecutionResult("failed", retryable=True),
