@@ -19,6 +19,7 @@ import taskward
 from taskward import Actor, TaskApplication
 from taskward.adapters import AdapterConfig, build_registry
 from taskward.claims import MAX_TASK_TIMEOUT_SECONDS, WorkerSpec, claim_rows
+from taskward.errors import StoreUnavailable
 from taskward.host import (
     AdapterRunner,
     LocalSummaryStore,
@@ -130,3 +131,38 @@ async def test_a_claimed_row_the_model_refuses_is_failed_as_invalid_task(db: Sta
     facts = [f["status"] for f in await taskward.list_transitions(db, task_id)]
     assert facts == ["running", "failed"]
     assert src.tokens == {}
+
+
+async def test_an_invalid_row_the_store_cannot_fail_now_is_failed_at_the_next_claim(
+    db: StateDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store is away when the refused row's failure is written: claim_many still answers
+    # (no exception strands what it claimed), and the next claim writes the failure.
+    await submit(db)
+    spec = WorkerSpec(
+        worker_id="host:aaaaaaaa", kinds=REGISTRY.kinds(), lease_ttl=1.0, lease_slack_s=-100.0
+    )
+    src = LocalTaskSource(db, spec)
+    real = src._acknowledge
+    calls = []
+
+    async def away_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0])
+        if len(calls) == 1:
+            raise StoreUnavailable("the store is away")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(src, "_acknowledge", away_once)
+    [claimed] = await claim_rows_of(src)
+    assert (await taskward.get_task(db, claimed))["status"] == "running"  # not failed yet
+    assert await src.claim_many(5) == []  # the next claim fails it first
+    row = await taskward.get_task(db, claimed)
+    assert (row["status"], row["status_reason_code"]) == ("failed", "invalid_task")
+    assert calls == [claimed, claimed] and src.tokens == {}
+
+
+async def claim_rows_of(src: LocalTaskSource) -> list[str]:
+    """Claim through the source; the ids it claimed (it hands the host none of them)."""
+    before = set(src.tokens)
+    assert await src.claim_many(5) == []
+    return sorted(set(src.tokens) - before)

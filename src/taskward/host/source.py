@@ -31,7 +31,7 @@ from taskward.claims import (
     pass_calls,
     pass_claimed,
 )
-from taskward.errors import StoreUnavailable, TransitionIdempotencyConflict
+from taskward.errors import StoreError, StoreUnavailable, TransitionIdempotencyConflict
 from taskward.execution import (
     Outcome,
     Report,
@@ -128,6 +128,8 @@ class LocalTaskSource:
         self.policy = retry_policy or RetryPolicy()
         self.cwd = cwd or Path(os.getcwd())
         self._claims: dict[str, ClaimedRun] = {}
+        # Claimed rows the Task model refused, not yet failed (task id -> lease id, failure).
+        self._invalid: dict[str, tuple[str, TaskFailure]] = {}
         self._acks: OrderedDict[tuple[str, str], tuple[str, TaskAck]] = OrderedDict()
         # With a summary store, this source completes a task and writes its summary in one
         # step (``complete_with_summary``): both must then share one group commit.
@@ -175,6 +177,8 @@ class LocalTaskSource:
     async def claim_many(self, limit: int) -> list[Task]:
         """Claim at most ``limit`` tasks (the host passes its free slots: no prefetch)."""
         self._seen = self._signal.seq
+        if self._invalid:
+            await self._fail_invalid()
         # The claim pass shares commits with this source's acknowledgements and summaries.
         claimed = await claim_rows(self.db, self.spec, limit=limit, group=self._group)
         return await self._register_all(claimed)
@@ -197,14 +201,24 @@ class LocalTaskSource:
                 detail = "the claimed row is not a valid task: " + " ".join(str(exc).split())[:1000]
                 log.warning("task %s: %s", lease.task_id, detail)
                 failure = TaskFailure(code="invalid_task", retryable=False, detail=detail)
-                await self._acknowledge(
-                    lease.task_id,
-                    lease.lease_id,
-                    failure.model_dump(mode="json"),
-                    failure=failure,
-                    alone=True,
-                )
+                self._invalid[lease.task_id] = (lease.lease_id, failure)
+        # After every valid task is built: a store error failing one invalid row must not
+        # strand the batch (the host gets its tasks; the row is failed at a later claim).
+        await self._fail_invalid()
         return tasks
+
+    async def _fail_invalid(self) -> None:
+        """Fail the claimed rows the model refused (``_register_all``); one the store could
+        not take now stays remembered and is tried again at the next claim."""
+        for task_id, (lease_id, failure) in list(self._invalid.items()):
+            try:
+                await self._acknowledge(
+                    task_id, lease_id, failure.model_dump(mode="json"), failure=failure, alone=True
+                )
+            except StoreError as exc:
+                log.warning("task %s: invalid_task not written yet: %s", task_id, exc)
+                continue
+            del self._invalid[task_id]
 
     async def claim(self) -> Task | None:
         """One task or None; never blocks waiting for work."""
@@ -585,7 +599,10 @@ async def _keep_stale(
                 error_detail=f"{failure.code}: {failure.detail}" if failure else None,
             )
         )
-    await record_stale_result(db, lease, execution, transition.current_state)
+    try:
+        await record_stale_result(db, lease, execution, transition.current_state)
+    except StoreError as exc:  # diagnostic only: the acknowledgement's answer stands
+        log.warning("task %s: stale result of %s not kept: %s", lease.task_id, lease.lease_id, exc)
 
 
 @lru_cache(maxsize=64)
