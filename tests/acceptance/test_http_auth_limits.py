@@ -180,20 +180,22 @@ async def test_a_dashboard_login_flood_is_429_and_shares_the_limit_with_the_api(
     assert r.status_code == 303 and r.headers["location"] == "/tasks"
 
 
-def test_the_table_of_clients_is_bounded_oldest_evicted_first() -> None:
+def test_the_table_of_clients_is_bounded_and_a_flood_cannot_wash_out_a_block() -> None:
     clock = Clock()
     limiter = FailureLimiter(FailureLimits(max_failures=2, max_clients=3), clock=clock)
     for address in ("a", "b"):
         limiter.failed(address)
         limiter.failed(address)
     assert limiter.retry_after("a") == 5 and limiter.retry_after("b") == 5
-    for address in ("c", "d", "e"):
+    for address in ("c", "d", "e"):  # new addresses evict the oldest client not blocked
         limiter.failed(address)
     assert len(limiter) == 3
-    assert limiter.retry_after("a") is None  # evicted
-    assert limiter.retry_after("b") is None  # evicted
+    assert limiter.retry_after("a") == 5 and limiter.retry_after("b") == 5  # still held
     limiter.failed("e")
     assert limiter.retry_after("e") == 5
+    clock.now += 6  # every block over: the least recently failed goes first again
+    limiter.failed("f")
+    assert list(limiter._clients) == ["b", "e", "f"]
 
 
 def test_clients_are_peer_addresses_and_ipv6_counts_by_its_64() -> None:

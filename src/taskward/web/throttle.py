@@ -11,8 +11,10 @@ reset the count (a caller holding a weak token must not be able to wash its gues
 one).
 
 A client is its peer address (``scope["client"]``); IPv6 addresses count by their /64, the
-smallest block one host usually holds. Memory is bounded: at most ``max_clients`` entries, the
-least recently failed one evicted first. The table is per process: with several service
+smallest block one host usually holds; clients that share an address (behind a proxy not named
+in ``TASKWARD_TRUSTED_PROXIES``, on one /64, or over a Unix socket) share one limit. Memory is
+bounded: at most ``max_clients`` entries, the least recently failed one that is not blocked
+evicted first. The table is per process: with several service
 processes the limit holds in each.
 
 Why not the ``limits`` library: its memory storage reads ``time.time()`` itself (tests would
@@ -31,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 UNKNOWN_CLIENT: Final = "unknown"
+# How many of the least recently failed clients eviction looks past for one that is not blocked.
+_EVICTION_SCAN: Final = 64
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,12 @@ class FailureLimiter:
         remaining = entry.blocked_until - self.clock()
         return max(1, math.ceil(remaining)) if remaining > 0 else None
 
+    def _evict_one(self, now: float) -> None:
+        for n, (key, entry) in enumerate(self._clients.items()):
+            if entry.blocked_until <= now or n >= _EVICTION_SCAN:
+                del self._clients[key]
+                return
+
     def failed(self, client: str) -> None:
         """Record one failed attempt of ``client``; it may start a block."""
         limits = self.limits
@@ -99,9 +109,11 @@ class FailureLimiter:
         entry = self._clients.pop(client, None)
         if entry is None:
             entry = _Client()
-            # Invariant: at most max_clients entries; the least recently failed goes first.
+            # Invariant: at most max_clients entries. The least recently failed client that is
+            # not blocked goes first, so a flood of new addresses cannot wash out a block (the
+            # look is bounded: past _EVICTION_SCAN blocked ones, the oldest goes anyway).
             while len(self._clients) >= limits.max_clients:
-                self._clients.popitem(last=False)
+                self._evict_one(now)
         self._clients[client] = entry  # now the most recent
         if now - max(entry.last_failure, entry.blocked_until) > limits.window_s:
             entry.strikes = 0  # a quiet window after the last block forgives it
