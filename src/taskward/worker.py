@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from taskward.adapters import build_registry
-from taskward.cancellation import watch_cancellations
+from taskward.cancellation import CANCEL_POLL_SECONDS, watch_cancellations
 from taskward.claims import (
     CLAIM_CAP,
     DEFAULT_HEARTBEAT_TTL_SECONDS,
@@ -41,6 +41,7 @@ from taskward.settings import get_max_attempts
 from taskward.store.port import Row, StateDB, Tx
 
 __all__ = [
+    "CANCEL_POLL_SECONDS",
     "DEFAULT_HEARTBEAT_TTL_SECONDS",
     "DEFAULT_LEASE_TTL_SECONDS",
     "ExecuteFn",

@@ -820,3 +820,14 @@ async def test_the_outbox_table_has_its_columns_indexes_and_checks(
             async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
                 with pytest.raises(psycopg.errors.CheckViolation):
                     await conn.execute(sql)
+
+
+def test_an_unreachable_webhook_is_named_by_its_endpoint_alone() -> None:
+    # The failure text is stored on the outbox row every reader sees; a webhook URL often
+    # carries its secret in its path or userinfo.
+    from taskward.outbox.targets import _post
+
+    with pytest.raises(DeliveryFailed) as failed:
+        _post("http://user:pw@127.0.0.1:1/services/T0/s3cret-path", b"{}", {}, 2.0)
+    assert "http://127.0.0.1:1" in str(failed.value)
+    assert "s3cret-path" not in str(failed.value) and "pw" not in str(failed.value)

@@ -41,10 +41,12 @@ from taskward.outbox.api import (
 )
 from taskward.outbox.config import Backoff, OutboxConfig
 from taskward.outbox.deliverer import OutboxDeliverer
-from taskward.outbox.signing import envelope, verify_signature
-from taskward.outbox.targets import CommandTarget, DeliveryFailed, WebhookTarget
+from taskward.outbox.signing import envelope, sign_payload, verify_signature
+from taskward.outbox.targets import CommandTarget, DeliveryFailed, DeliveryTarget, WebhookTarget
 
 __all__ = [
+    "DeliveryTarget",
+    "sign_payload",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_TTL_S",
     "MAX_LIST_LIMIT",

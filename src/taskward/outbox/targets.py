@@ -77,7 +77,16 @@ def _post(url: str, payload: bytes, headers: Mapping[str, str], timeout_s: float
         exc.close()
         raise DeliveryFailed(f"HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:
-        raise DeliveryFailed(f"cannot reach {url}: {exc.reason}") from None
+        # Only the endpoint: a webhook URL often carries its secret in its path or userinfo,
+        # and this text is stored on the outbox row that every reader sees.
+        raise DeliveryFailed(f"cannot reach {_endpoint(url)}: {exc.reason}") from None
+
+
+def _endpoint(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``, nothing that may be a credential."""
+    parts = urllib.parse.urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname or '?'}{port}"
 
 
 def _validate_timeout(field_name: str, value: object) -> float:
