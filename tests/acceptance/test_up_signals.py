@@ -92,18 +92,30 @@ def _kill(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
-async def test_one_sigterm_lets_the_running_task_finish_and_exits_0(
-    db: StateDB, db_url: str, tmp_path: Path
-) -> None:
+async def _up_running(
+    db: StateDB, db_url: str, tmp_path: Path, sleep_s: int
+) -> tuple[subprocess.Popen[str], Path, str, str]:
+    """A real ``taskward up`` with a ``sleep`` task running: its process, log, URL and task."""
     log_path = tmp_path / "up.log"
     with log_path.open("w") as log:
         proc = _start_up(db_url, log, tmp_path)
     try:
         base = await _base_url(proc, log_path)
-        task_id = await _submit_sleep(base, 3)
+        task_id = await _submit_sleep(base, sleep_s)
         await wait_until(
             lambda: _is(db, task_id, "running"), timeout=60, what="the task to be running"
         )
+    except BaseException:
+        _kill(proc)
+        raise
+    return proc, log_path, base, task_id
+
+
+async def test_one_sigterm_lets_the_running_task_finish_and_exits_0(
+    db: StateDB, db_url: str, tmp_path: Path
+) -> None:
+    proc, log_path, base, task_id = await _up_running(db, db_url, tmp_path, 3)
+    try:
         signalled = time.monotonic()
         os.killpg(proc.pid, signal.SIGTERM)
         code = await _exit_code(proc, 60)
@@ -129,15 +141,8 @@ async def test_one_sigterm_lets_the_running_task_finish_and_exits_0(
 async def test_a_second_sigterm_sends_the_running_task_back_to_the_queue(
     db: StateDB, db_url: str, tmp_path: Path
 ) -> None:
-    log_path = tmp_path / "up.log"
-    with log_path.open("w") as log:
-        proc = _start_up(db_url, log, tmp_path)
+    proc, log_path, _, task_id = await _up_running(db, db_url, tmp_path, 60)
     try:
-        base = await _base_url(proc, log_path)
-        task_id = await _submit_sleep(base, 60)
-        await wait_until(
-            lambda: _is(db, task_id, "running"), timeout=60, what="the task to be running"
-        )
         os.killpg(proc.pid, signal.SIGTERM)
         await wait_until(
             lambda: _logged(log_path, STOPPING), timeout=30, what="the first signal's drain"
