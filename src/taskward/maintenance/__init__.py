@@ -1,2 +1,60 @@
-"""Background maintenance: lease and deadline reapers, retry promotion. Status changes only
-through ``transition_task``."""
+"""Background maintenance (ADR-0072 D5, R5, R6): recovery of expired leases, due retries, rows
+stranded at a lowered attempt ceiling, and overdue deadlines. Status changes only through
+``transition_task``; nothing moves because the clock moved: every move is a compare-and-swap a
+racing terminal write wins or loses, never both, under a key deterministic per row and attempt,
+so two reapers racing converge on one fact (the second sees a replay).
+
+Each job is a service, a small frozen dataclass of its settings with
+``async def run_once(self, db, *, now=None) -> dict[str, int]`` (one pass; the counts of the
+moves it wrote). One owner per module; imports inside the package point one way:
+
+- ``edges``: the named requests, guards and patches of every maintenance edge (imports only
+  ``models`` and ``lifecycle``: it can move beside ``transition_task`` as it is).
+- ``service`` -> ``edges``: the ``run_once`` shape (``MaintenanceService``), ``REAP_BATCH``, and
+  ``write_edge``, which applies one edge and counts it only if this call wrote it.
+- ``leases`` -> ``service``, ``edges``: ``LeaseReaper``, ``running -> retry_wait | failed``.
+- ``ceiling`` -> ``service``, ``edges``: ``CeilingSweeper``, the sweep once per ceiling change
+  (``settings.SWEPT_CEILING``), and ``skip_at_ceiling``.
+- ``retries`` -> ``ceiling``, ``service``, ``edges``: ``RetryPromoter``, ``retry_wait -> queued |
+  cancelled``, then the skip of a row it queued at the ceiling (read after its promotions).
+- ``deadlines`` -> ``service``, ``edges``: ``DeadlineReaper``, ``running -> timed_out``.
+- ``composite`` -> the services: ``Maintenance``, which runs leases, retries and the ceiling
+  sweep in that order (``recover_once``) and then the deadlines (``run_once``), and the
+  function surface of before (``reap_expired_leases`` and the rest), one call into each.
+- ``reaper``: re-exports that function surface where it has always been imported from.
+
+Next: a dependency-readiness service (DESIGN.md R21, ``waiting_dependency -> queued | skipped``
+once a dependency ends) joins as one more module with the same ``run_once`` shape and a field
+of ``Maintenance``.
+"""
+
+from taskward.maintenance.ceiling import CeilingSweeper
+from taskward.maintenance.composite import (
+    Maintenance,
+    end_stranded_at_ceiling,
+    promote_due_retries,
+    reap_deadlines,
+    reap_expired_leases,
+)
+from taskward.maintenance.deadlines import DEFAULT_DEADLINE_GRACE_SECONDS, DeadlineReaper
+from taskward.maintenance.edges import REAPER, Edge
+from taskward.maintenance.leases import LeaseReaper
+from taskward.maintenance.retries import RetryPromoter
+from taskward.maintenance.service import REAP_BATCH, MaintenanceService
+
+__all__ = [
+    "DEFAULT_DEADLINE_GRACE_SECONDS",
+    "REAPER",
+    "REAP_BATCH",
+    "CeilingSweeper",
+    "DeadlineReaper",
+    "Edge",
+    "LeaseReaper",
+    "Maintenance",
+    "MaintenanceService",
+    "RetryPromoter",
+    "end_stranded_at_ceiling",
+    "promote_due_retries",
+    "reap_deadlines",
+    "reap_expired_leases",
+]
