@@ -6,27 +6,22 @@ pay, delete it"). It monkeypatches the functions that choose a fast path, then r
 nothing under ``src/`` is edited. The configurations (``CONFIGS``):
 
 - ``default``: every fast path on (what taskward does).
-- ``noclaim``: no one-statement claim pass (``run_claim_batch``): ``claims.pass_call`` answers
-  None, and the paged pass writes its claims as SQLite does (``apply_claim_rows``: a set-based
-  compare-and-swap, then the facts and events with ``write_many``), not through the audited
-  CTE. The pipelined step keeps the summaries and the finish in one round trip; its claims
-  follow as paged passes.
-- ``nofinish``: no one-statement finish (``run_finish_batch``): ``apply_built``'s group of
-  terminal builds goes through ``apply_transitions`` (``_apply_audited``: the set-based
-  compare-and-swap with the facts, events and notifications in data-modifying CTEs), and the
+- ``noclaim``: no one-statement claim pass (``run_claim_batch``):
+  ``transitions.claim.claim_first_page`` answers None, and the paged pass writes its claims
+  through ``transitions.apply`` (a set-based compare-and-swap, then the facts and events with
+  ``write_many``), as on SQLite. The pipelined step keeps the summaries and the finish in one
+  round trip; its claims follow as paged passes.
+- ``nofinish``: no one-statement finish (``run_finish_batch``): a group of terminal builds
+  declines its template and goes a request per item through ``transitions.apply``, and the
   pipelined step is off (it needs the finish statement): summaries, finish and claim passes as
   separate statements in one transaction.
-- ``finishwritten``: no one-statement finish, and the group of terminal builds written as
-  SQLite writes it (``_finish_written``: one set-based compare-and-swap from the finish
-  template, then the facts, events and notifications with ``write_many``); the pipelined step
-  off as in ``nofinish``; claims unchanged (one statement).
-- ``notogether``: no pipelined step (``LocalTaskSource._finish_together`` sends the summaries,
-  the one-statement finish and the one-statement claim passes one after the other).
-- ``noaudited``: ``apply_transitions`` without ``_apply_audited`` (its groups through
-  ``run_update_many`` + ``write_many``, as on SQLite); the one-statement claim and finish and
-  the pipelined step unchanged.
-- ``generic``: ``_PgTx.auditing()`` answers None: no audited statement at all, exactly SQLite's
-  path (``apply_claim_rows``, ``_finish_written``, ``run_update_many`` + ``write_many``).
+- ``finishwritten``: no one-statement finish, and the group of terminal builds written from
+  the finish template as SQLite writes it (``transitions.finish.finish_moves`` through
+  ``apply``); the pipelined step off as in ``nofinish``; claims unchanged (one statement).
+- ``notogether``: no pipelined step (``transitions.finish.together`` sends the summaries, the
+  one-statement finish and the one-statement claim passes one after the other).
+- ``generic``: ``_PgTx.auditing()`` answers None: no one-statement form at all, exactly
+  SQLite's path (``transitions.apply`` for everything).
 
 ``--count-statements`` also counts, from the drain's start to its last completion, every
 statement the worker sends (``psycopg.AsyncConnection.execute`` calls, by queries.sql name) and
@@ -76,68 +71,51 @@ class _Unaudited:
         return getattr(self._tx, name)
 
 
+async def _declined(*args: Any, **kwargs: Any) -> None:
+    return None  # "not run here": the caller takes the general path
+
+
 def _no_claim_statement() -> None:
     from taskward import claims
     from taskward.host import source
 
-    claims.pass_call = lambda tx, spec, limit: None
-    paged_in = claims._claim_in
-
-    async def claim_in(tx: Any, *args: Any, **kwargs: Any) -> Any:
-        return await paged_in(_Unaudited(tx), *args, **kwargs)
-
-    claims._claim_in = claim_in
-    # The pipelined step with no claim statements: summaries and finish together (its
-    # ``passes`` empty, not None), then paged passes for every freed slot.
-    source.pass_calls = lambda tx, spec, wanted: []  # type: ignore[attr-defined]  # imported by name
-    passes = source.LocalTaskSource._claim_passes
-
-    async def claim_passes(self: Any, tx: Any, wanted: int, claimed: Any, *, more: bool) -> Any:
-        return await passes(self, tx, wanted, claimed, more=more or not claimed)
-
-    source.LocalTaskSource._claim_passes = claim_passes  # type: ignore[method-assign]
+    claims.claim_first_page = _declined  # type: ignore[assignment]  # imported by name
+    # The pipelined step with no claim statements: summaries and finish together (no
+    # passes), then paged passes for every freed slot.
+    source.pass_calls = lambda spec, wanted, now: []  # type: ignore[assignment]
 
 
 def _no_finish_statement() -> None:
-    from taskward import transitions
-    from taskward.host import source
+    from taskward.transitions import finish
 
-    async def declined(*args: Any, **kwargs: Any) -> None:
-        return None  # "the group does not fit": apply_transitions takes it
-
-    transitions._apply_finishes = declined
-    source.finish_call = lambda tx, builds: None  # type: ignore[attr-defined]  # imported by name
+    finish.apply_finishes = _declined  # type: ignore[assignment]  # a request per item
+    finish.finish_call = lambda tx, builds: None  # type: ignore[assignment]
 
 
 def _finish_written() -> None:
-    from taskward import transitions
-    from taskward.host import source
+    from taskward.transitions import finish
 
-    finishes = transitions._apply_finishes
+    finishes = finish.apply_finishes
 
     async def written(tx: Any, *args: Any, **kwargs: Any) -> Any:
         return await finishes(_Unaudited(tx), *args, **kwargs)
 
-    transitions._apply_finishes = written
-    source.finish_call = lambda tx, builds: None  # type: ignore[attr-defined]  # imported by name
-
-
-def _no_audited_cas() -> None:
-    from taskward import claims, transitions
-
-    many = transitions.apply_transitions
-
-    async def unaudited(tx: Any, *args: Any, **kwargs: Any) -> Any:
-        return await many(_Unaudited(tx), *args, **kwargs)
-
-    transitions.apply_transitions = unaudited
-    claims.apply_transitions = unaudited  # type: ignore[attr-defined]  # imported by name
+    finish.apply_finishes = written  # type: ignore[assignment]
+    finish.finish_call = lambda tx, builds: None  # type: ignore[assignment]
 
 
 def _no_together() -> None:
     from taskward.host import source
+    from taskward.transitions import finish
+    from taskward.transitions.claim import claim_first_page
 
-    source.pass_calls = lambda tx, spec, wanted: None  # type: ignore[attr-defined]  # imported by name
+    async def apart(tx: Any, writes: Any, builds: Any, passes: Any) -> Any:
+        counts = await tx.write_many(writes)
+        results = await finish.apply_built(tx, builds)
+        answers = [await claim_first_page(tx, t, p, limit=n) for t, p, n in passes]
+        return counts, results, answers
+
+    source.together = apart  # type: ignore[assignment]  # imported by name
 
 
 def _generic() -> None:
@@ -152,7 +130,6 @@ CONFIGS: dict[str, Callable[[], None]] = {
     "nofinish": _no_finish_statement,
     "finishwritten": _finish_written,
     "notogether": _no_together,
-    "noaudited": _no_audited_cas,
     "generic": _generic,
 }
 
@@ -194,8 +171,7 @@ def _namer() -> Callable[[Any], str]:
         if head in ("COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "SELECT", "LISTEN"):
             return head
         if "run_update_many" in text or "UPDATE schedule_runs" in text:
-            audited = "INSERT INTO status_transitions" in text
-            return "run_update_many_audited" if audited else "run_update (built)"
+            return "run_update (built)"
         return " ".join(text.split()[:3])
 
     return name_of

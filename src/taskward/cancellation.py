@@ -23,15 +23,13 @@ from taskward.loops import raise_if_cancelling
 from taskward.models import (
     Actor,
     CancelResult,
-    StateReason,
-    TransitionRequest,
     check_key,
     check_text,
     shown_text,
 )
 from taskward.registry import CancellationToken
 from taskward.store.port import StateDB, Tx
-from taskward.transitions import KeyAlreadyUsed, apply_transition, request_hash
+from taskward.transitions import KeyAlreadyUsed, apply, cancelled, move_of, prepared
 
 _DIRECT = (Status.QUEUED, Status.WAITING_DEPENDENCY, Status.RETRY_WAIT)
 _MAX_ROUNDS = 8
@@ -113,21 +111,15 @@ async def request_task_cancel(
                         task_id=task_id, state="already_terminal", current_status=status
                     )
                 if status in _DIRECT:
-                    request = TransitionRequest(
-                        entity_id=task_id,
-                        from_state=status,
-                        to_state=Status.CANCELLED,
-                        reason=StateReason(code="cancelled", summary=reason or "cancel requested"),
+                    built = cancelled(
+                        task_id,
+                        status,
                         actor=actor,
-                        idempotency_key=_cancel_key(idempotency_key),
+                        key=_cancel_key(idempotency_key),
+                        summary=reason or "cancel requested",
+                        now=tx.now,
                     )
-                    result, _ = await apply_transition(
-                        tx,
-                        request,
-                        guard={},
-                        patch={"ended_at": tx.now, "retry_at": None},
-                        digest=request_hash(request),
-                    )
+                    [(result, _)] = await apply(tx, [move_of(*prepared(*built), tx.now)])
                     if result.applied:
                         return CancelResult(
                             task_id=task_id, state="cancelled", current_status=Status.CANCELLED

@@ -32,20 +32,25 @@ from taskward.capabilities import (
     worker_can_serve,
 )
 from taskward.groupcommit import GroupCommit
-from taskward.models import Actor, StateReason, TransitionRequest
+from taskward.models import Actor
 from taskward.registry import MAX_TASK_TIMEOUT_CEILING_S
 from taskward.settings import DEFAULT_MAX_ATTEMPTS
 from taskward.store.port import Row, StateDB, Tx
 from taskward.transitions import (
     LostToConcurrencyKey,
-    apply_claim_rows,
-    apply_transition,
-    apply_transitions,
-    claim_call,
-    claim_template,
-    claimed_rows,
+    Move,
+    apply,
+    claimed,
     lease_id,
-    request_hash,
+    move_of,
+    prepared,
+)
+from taskward.transitions.claim import (
+    ClaimedRows,
+    ClaimItem,
+    claim_first_page,
+    claim_moves,
+    claim_template,
 )
 
 DEFAULT_LEASE_TTL_SECONDS: Final = 300.0
@@ -111,9 +116,23 @@ class WorkerSpec:
 
     @cached_property
     def claim_template(self) -> dict[str, Any] | None:
-        """This worker's claim transition for ``transitions.claim_call`` (None: the paged
-        pass claims): built once."""
-        return claim_template(partial(_claim_transition, self))
+        """This worker's claim transition as a template (``transitions.claim``; None: a request
+        per row): built once."""
+        return claim_template(partial(claimed, self.actor, self.worker_id))
+
+    def claim_moves(self, items: Sequence[ClaimItem], now: float) -> list[Move]:
+        """The moves of this worker's claims ``(entity_id, attempt, guard, patch)`` at ``now``:
+        from its template, or a request per row where it has none."""
+        template = self.claim_template
+        if template is not None:
+            return claim_moves(template, items, now)
+        return [
+            move_of(
+                *prepared(claimed(self.actor, self.worker_id, entity_id, attempt), guard, patch),
+                now,
+            )
+            for entity_id, attempt, guard, patch in items
+        ]
 
     @cached_property
     def ranked(self) -> bool:
@@ -237,31 +256,11 @@ def _page_params(
     }
 
 
-def _claim_transition(spec: WorkerSpec, entity_id: str, attempt: int | str) -> TransitionRequest:
-    """The ``queued -> running`` request of ``spec``'s claim of a run at ``attempt`` (the
-    one-statement pass builds it once, with markers: ``transitions.claim_template``)."""
-    return TransitionRequest(
-        entity_id=entity_id,
-        from_state="queued",
-        to_state="running",
-        reason=StateReason(code="claimed", summary=f"attempt {attempt}"),
-        actor=spec.actor,
-        idempotency_key=f"claim:{spec.worker_id}:{attempt}",
-    )
-
-
-def _claim_request(
-    spec: WorkerSpec, row: Row, *, now: float
-) -> tuple[TransitionRequest, dict[str, Any], dict[str, Any], Lease]:
-    """The guarded ``queued -> running`` transition for ``row`` and the lease it would grant."""
-    guard, patch, lease = _claim_parts(spec, row, now=now)
-    return _claim_transition(spec, row["id"], lease.attempt), guard, patch, lease
-
-
 def _claim_parts(
     spec: WorkerSpec, row: Row, *, now: float
 ) -> tuple[dict[str, Any], dict[str, Any], Lease]:
-    """``_claim_request`` without the request: the guard, the patch and the lease."""
+    """The guarded ``queued -> running`` claim of ``row`` at ``now``: its guard, its patch and
+    the lease it would grant (R5)."""
     # R5. run_claim_batch (PostgreSQL's one-statement pass) computes the same in SQL.
     timeout_s = row.get("timeout_s")
     timeout = min(
@@ -314,65 +313,40 @@ async def _claim_in(
     serialization key turns out to be running elsewhere is rolled back alone (a savepoint) and
     stays blocked for the rest of the pass (ADR-0071 D5, R7).
     """
-    claimed: list[tuple[int, Claimed]] = []
-    plain: list[tuple[int, Row]] = []  # rows without a serialization key: claimed together
+    now = tx.now
+    claimed_at: list[tuple[int, Claimed]] = []
+    plain: list[tuple[int, Lease, ClaimItem]] = []  # rows without a serialization key
     for position, row in enumerate(candidates):
-        if len(claimed) + len(plain) >= limit:
+        if len(claimed_at) + len(plain) >= limit:
             break
         key = row.get("concurrency_key")
-        if key is None:
-            plain.append((position, row))
+        if key is not None and key in blocked:
             continue
-        if key in blocked:
+        guard, patch, lease = _claim_parts(spec, row, now=now)
+        item: ClaimItem = (lease.task_id, lease.attempt, guard, patch)
+        if key is None:
+            plain.append((position, lease, item))
             continue
         blocked.add(key)  # stays blocked for the rest of the pass
-        request, guard, patch, lease = _claim_request(spec, row, now=tx.now)
         try:
             async with tx.savepoint():
-                result, updated = await apply_transition(
-                    tx,
-                    request,
-                    guard=guard,
-                    patch=patch,
-                    digest=request_hash(request),
-                    returning=("*",),
+                [(result, updated)] = await apply(
+                    tx, spec.claim_moves([item], now), returning=("*",)
                 )
         except LostToConcurrencyKey:
             continue
         if result.applied and not result.replayed and updated is not None:
-            claimed.append((position, Claimed(lease=lease, row=updated)))
+            claimed_at.append((position, Claimed(lease=lease, row=updated)))
     if plain:
-        # One set-based compare-and-swap for all of them, each on its own guard, then
-        # every fact and event in one pipelined round (transitions.apply_transitions). Where
-        # the store takes them as written rows (SQLite), from the worker's claim template
-        # instead of a request per row (transitions.apply_claim_rows: the same rows).
-        template = spec.claim_template
-        leases: list[Lease]
-        if template is not None and tx.auditing() is None:
-            parts = [_claim_parts(spec, row, now=tx.now) for _, row in plain]
-            leases = [lease for *_, lease in parts]
-            applied = await apply_claim_rows(
-                tx,
-                template,
-                partial(_claim_transition, spec),
-                [(lease.task_id, lease.attempt, guard, patch) for guard, patch, lease in parts],
-            )
-        else:
-            requests = [_claim_request(spec, row, now=tx.now) for _, row in plain]
-            leases = [lease for *_, lease in requests]
-            applied = await apply_transitions(
-                tx,
-                [
-                    (request, guard, patch, request_hash(request))
-                    for request, guard, patch, _ in requests
-                ],
-                returning=("*",),
-            )
-        for (position, _), lease, (result, updated) in zip(plain, leases, applied, strict=True):
+        # One set-based compare-and-swap for all of them, each on its own guard, then every
+        # fact and event in one round (transitions.apply).
+        moves = spec.claim_moves([item for *_, item in plain], now)
+        applied = await apply(tx, moves, returning=("*",))
+        for (position, lease, _), (result, updated) in zip(plain, applied, strict=True):
             if result.applied and not result.replayed and updated is not None:
-                claimed.append((position, Claimed(lease=lease, row=updated)))
-    claimed.sort(key=lambda pair: pair[0])  # claim order: affinity, then oldest
-    return [claim for _, claim in claimed]
+                claimed_at.append((position, Claimed(lease=lease, row=updated)))
+    claimed_at.sort(key=lambda pair: pair[0])  # claim order: affinity, then oldest
+    return [claim for _, claim in claimed_at]
 
 
 async def claim_rows(
@@ -416,80 +390,82 @@ async def claim_pass(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
     """One claim pass of at most ``limit`` (<= 20) inside an open transaction: its own, a group
     commit's, or the one that completes the tasks whose slots it fills (LocalTaskSource).
 
-    On PostgreSQL a worker without affinity ranking claims its first page's rows in one
-    statement (``pass_call``, ``AuditingTx.claim_queued``); the paged pass below takes over
-    for what that leaves: rows behind a serialization key, rows past a page that concurrent
-    claimers held.
+    A worker without affinity ranking first has its first page claimed in one statement where
+    the store runs one (``transitions.claim.claim_first_page``); the paged pass below takes over
+    for what that leaves (rows behind a serialization key, rows past a page that concurrent
+    claimers held), and for everything where it does not.
     """
     limit = min(limit, CLAIM_CAP)
     if limit <= 0:
         return []
-    auditing = tx.auditing()
-    call = pass_call(tx, spec, limit)
-    if auditing is None or call is None:
+    call = pass_call(spec, limit, tx.now)
+    batch = None
+    if call is not None:
+        batch = await claim_first_page(tx, call.template, call.params, limit=call.limit)
+    if call is None or batch is None:
         return await _claim_paged(tx, spec, limit)
-    claimed, more = pass_claimed(spec, tx.now, call, await auditing.claim_queued(call.params))
-    if len(claimed) < limit and more:
-        claimed += await _claim_paged(tx, spec, limit - len(claimed))
-    return claimed
+    claimed_now, more = pass_claimed(spec, tx.now, call, batch)
+    if len(claimed_now) < limit and more:
+        claimed_now += await _claim_paged(tx, spec, limit - len(claimed_now))
+    return claimed_now
 
 
 class PassCall(NamedTuple):
-    """A claim pass's one statement, prepared but not sent (``pass_call``)."""
+    """A claim pass's first page as one statement, prepared but not sent (``pass_call``)."""
 
-    params: dict[str, Any]
     template: dict[str, Any]
+    params: dict[str, Any]
     limit: int
     page_size: int
 
 
-def pass_call(tx: Tx, spec: WorkerSpec, limit: int) -> PassCall | None:
-    """``claim_pass``'s one statement for at most ``limit`` (<= 20), for a caller that sends it
-    together with other statements (``AuditingTx.together``) and reads it with
-    ``pass_claimed``; None where ``claim_pass`` would take the paged pass at once (a store that
-    takes written rows, a worker with affinity ranking)."""
+def pass_call(spec: WorkerSpec, limit: int, now: float) -> PassCall | None:
+    """The page and lease parameters of ``claim_pass``'s one statement for at most ``limit``
+    (<= 20) at ``now``, for ``transitions.claim.claim_first_page`` or a caller that sends it
+    with other statements (``transitions.finish.together``) and reads it with
+    ``pass_claimed``; None for a worker with affinity ranking (it always pages)."""
     limit = min(limit, CLAIM_CAP)
     template = None if spec.ranked else spec.claim_template
-    if limit <= 0 or tx.auditing() is None or template is None:
+    if limit <= 0 or template is None:
         return None
     page_size = _first_page_size(spec, limit)
     params = {
         "worker_id": spec.worker_id,
         "heartbeat_ttl": spec.heartbeat_ttl,
-        "now": tx.now,
+        "now": now,
         **spec.page_filter,
         "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
         "page_size": page_size,
         "lock": limit,
+        # R5, as _claim_parts computes it in Python.
         "default_timeout_s": spec.default_timeout_s,
         "max_timeout_s": MAX_TASK_TIMEOUT_SECONDS,
         "lease_ttl": spec.lease_ttl,
         "lease_slack_s": spec.lease_slack_s,
     }
-    return PassCall(claim_call(template, params, limit=limit), template, limit, page_size)
+    return PassCall(template, params, limit, page_size)
 
 
-def pass_calls(tx: Tx, spec: WorkerSpec, wanted: int) -> list[PassCall] | None:
+def pass_calls(spec: WorkerSpec, wanted: int, now: float) -> list[PassCall]:
     """The one statements of claim passes of at most 20 (``CLAIM_CAP``) for ``wanted`` freed
-    slots (31: passes of 20 and 11), for a caller that sends them together; None where
-    ``claim_pass`` would take the paged pass at once (``pass_call``)."""
+    slots (31: passes of 20 and 11); none for a worker with affinity ranking."""
     calls = [
-        pass_call(tx, spec, min(CLAIM_CAP, wanted - start)) for start in range(0, wanted, CLAIM_CAP)
+        pass_call(spec, min(CLAIM_CAP, wanted - start), now)
+        for start in range(0, wanted, CLAIM_CAP)
     ]
     passes = [call for call in calls if call is not None]
-    return passes if len(passes) == len(calls) else None
+    return passes if len(passes) == len(calls) else []
 
 
 def pass_claimed(
-    spec: WorkerSpec, now: float, call: PassCall, found: list[Row]
+    spec: WorkerSpec, now: float, call: PassCall, batch: ClaimedRows
 ) -> tuple[list[Claimed], bool]:
-    """The leases ``claim_queued`` answered for ``call``, and whether the paged pass may find
-    more: a locked row with a serialization key stopped it (R7: those are claimed one by one),
-    or the page was full (rows beyond it, or rows in it another claimer held)."""
-    batch = claimed_rows(call.template, found)
+    """The leases of what the one statement claimed for ``call``, and whether the paged pass may
+    find more: a locked row with a serialization key stopped it (R7: those are claimed one by
+    one), or the page was full (rows beyond it, or rows in it another claimer held)."""
     if batch.stale:
         return [], False  # a known worker with a stale heartbeat claims nothing (ADR-0071 D4)
-    claimed = [
+    got = [
         Claimed(
             lease=Lease(
                 task_id=row["id"],
@@ -505,7 +481,7 @@ def pass_claimed(
         )
         for row in batch.rows
     ]
-    return claimed, batch.keyed or batch.page_rows >= call.page_size
+    return got, batch.keyed or batch.page_rows >= call.page_size
 
 
 async def _claim_paged(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:

@@ -145,7 +145,7 @@ def outcome_for(
     report = result if isinstance(result, Report) else Report.of(result)
     # What the fact's summary says: the host's code before its detail.
     said = f"{report.cause}: {report.detail}" if report.cause else report.detail
-    terminal_patch: dict[str, Any] = {  # transitions._FINISH_PATCH's order
+    terminal_patch: dict[str, Any] = {  # transitions.finish.FINISH_PATCH's order
         "ended_at": now,
         "exit_code": report.exit_code,
         "error_detail": _detail(said if report.retryable else report.detail),

@@ -55,8 +55,9 @@ POSTGRES_LANES: Final = 2
 
 
 def default_lanes(db: StateDB) -> int:
-    """One transaction in flight on SQLite (one writer), two on PostgreSQL."""
-    return POSTGRES_LANES if db.dialect == "postgresql" else 1
+    """One transaction in flight where the store has one writer (SQLite), two where it takes
+    several (PostgreSQL)."""
+    return POSTGRES_LANES if db.concurrent_writers else 1
 
 
 @dataclass

@@ -41,10 +41,11 @@ from taskward.host.runner import AdapterRunner, TaskSession
 from taskward.host.source import LocalTaskSource
 from taskward.host.summaries import LocalSummaryStore
 from taskward.loops import raise_if_cancelling
-from taskward.maintenance.reaper import (
+from taskward.maintenance import (
     DEFAULT_DEADLINE_GRACE_SECONDS,
-    reap_deadlines,
-    reap_expired_leases,
+    DeadlineReaper,
+    LeaseReaper,
+    Maintenance,
 )
 from taskward.outbox import OutboxConfig, OutboxDeliverer
 from taskward.registry import TaskAdapterRegistry
@@ -130,6 +131,12 @@ class WorkerRuntime:
             if config.deliver_outbox
             else None
         )
+        self.maintenance = Maintenance(
+            leases=LeaseReaper(retry_policy=config.retry_policy),
+            deadlines=DeadlineReaper(
+                grace_s=config.deadline_grace_s, heartbeat_ttl=config.heartbeat_ttl
+            ),
+        )
         self.exit_code = EXIT_OK
         self._idle_passes = 0
         self.host = ResidentEngineHost(
@@ -172,15 +179,8 @@ class WorkerRuntime:
         )
 
     async def maintain_once(self) -> dict[str, int]:
-        counts = await reap_expired_leases(self.db, retry_policy=self.config.retry_policy)
-        counts.update(
-            await reap_deadlines(
-                self.db,
-                grace_s=self.config.deadline_grace_s,
-                heartbeat_ttl=self.config.heartbeat_ttl,
-            )
-        )
-        return counts
+        """One pass of every maintenance service (``taskward.maintenance``), in its order."""
+        return await self.maintenance.run_once(self.db)
 
     async def _every(self, interval_s: float, action: Callable[[], Any], name: str) -> None:
         """Run ``action`` every ``interval_s``; after a failure (the store may be away) wait

@@ -221,24 +221,6 @@ class _RecordingTx:
     def auditing(self) -> _RecordingTx | None:
         return self if self._tx.auditing() is not None else None
 
-    async def run_update_many_audited(
-        self, items: Sequence[Any], audits: Sequence[Mapping[str, Any]], returning: Any = ()
-    ) -> Any:
-        """Recorded as the fact inserts it made (PostgreSQL writes a group's facts in its
-        compare-and-swap's statement): one ``fact_insert`` per fact written."""
-        rows = await self._tx.run_update_many_audited(items, audits, returning)
-        written = {row["id"] for row in rows if row.get("fact_written")}
-        for (run_id, from_state, values, _), audit in zip(items, audits, strict=True):
-            if run_id in written:
-                fact = {
-                    "entity_id": run_id,
-                    "previous_status": from_state,
-                    "status": values["status"],
-                    "idempotency_key": audit["idempotency_key"],
-                }
-                self._recording.add("fact_insert", fact, [fact])
-        return rows
-
     async def finish_running(self, params: Mapping[str, Any]) -> Any:
         """Recorded as the fact inserts it made, one ``fact_insert`` per fact written
         (PostgreSQL writes a group's terminal transitions in one statement)."""

@@ -154,14 +154,14 @@ async def test_the_one_statement_claim_writes_what_the_paged_pass_writes(
 ) -> None:
     """A worker's claim template writes its claims without a request per row: PostgreSQL in
     one statement (run_claim_batch, its lease arithmetic and request hash in SQL), SQLite
-    through the paged pass with each row's fact and event built from the template
-    (transitions.apply_claim_rows); without a template the paged pass builds each transition
+    through the paged pass with each row's move built from the template
+    (transitions.claim.claim_moves); without a template the paged pass builds each transition
     from its request. Two stores with the same applications, claimed at the same time one way
     each, must hold the same rows column by column: the runs (lease, deadline, projection),
     the facts (request hash recomputed from the request the paged pass would build) and the
     events. Timeouts cover the default, an explicit one and null (the default again;
     admission refuses zero)."""
-    from taskward.claims import _claim_transition
+    from taskward.transitions import claimed as claim_request
     from taskward.transitions import request_hash
 
     worker = spec("host:é-1")
@@ -188,7 +188,7 @@ async def test_the_one_statement_claim_writes_what_the_paged_pass_writes(
             tables, raw = await _comparable_rows(db, ids, _AUDIT_TABLES[:3])
             for fact in raw["status_transitions"]:  # the hash of the paged pass's request
                 attempt = int(fact["lease_id"].rpartition("/")[2])
-                request = _claim_transition(worker, fact["entity_id"], attempt)
+                request = claim_request(worker.actor, worker.worker_id, fact["entity_id"], attempt)
                 assert fact["request_hash"] == request_hash(request)
             return ids, tables
 
@@ -360,15 +360,15 @@ async def _still_running(db: StateDB, ids: Sequence[str]) -> None:
 async def test_statements_sent_together_abort_together_on_a_taken_key(
     db: StateDB, backend: str, db_url: str
 ) -> None:
-    """``AuditingTx.together`` sends summaries, a terminal group and a claim pass in one round
-    trip (PostgreSQL): what each sent alone would answer, and when the terminal group meets a
-    taken transition key (its second statement), KeyAlreadyUsed, with nothing of any of the
-    three left: no summary, no completion, the queued tasks still queued."""
-    if backend != "postgres":
-        pytest.skip("only PostgreSQL writes audit rows in its statements (auditing())")
-    from taskward.claims import pass_call, pass_claimed
+    """``transitions.finish.together`` sends summaries, a terminal group and a claim pass in one
+    round trip where the store runs them as statements (PostgreSQL; SQLite one after another,
+    the pass paged after): what each sent alone would answer, and when the terminal group meets
+    a taken transition key, KeyAlreadyUsed, with nothing of any of the three left: no summary,
+    no completion, the queued tasks still queued."""
+    from taskward.claims import claim_pass, pass_call, pass_claimed
     from taskward.host import LocalSummaryStore, SessionSummary
-    from taskward.transitions import KeyAlreadyUsed, finish_call, finish_results
+    from taskward.transitions import KeyAlreadyUsed
+    from taskward.transitions.finish import together
 
     worker = spec()
     ids = [await submit(db, "nap", {"seconds": 0}, now=T0 + i) for i in range(4)]
@@ -384,14 +384,19 @@ async def test_statements_sent_together_abort_together_on_a_taken_key(
 
     async def send(builds: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
         async with db.transaction(now=T0 + 20) as tx:
-            finish, claim = finish_call(tx, builds), pass_call(tx, worker, 2)
-            auditing = tx.auditing()
-            assert finish is not None and claim is not None and auditing is not None
-            written, finished, claimed = await auditing.together(
-                [("summary_insert_many", rows)], [finish.params], [claim.params]
+            call = pass_call(worker, 2, tx.now)
+            assert call is not None
+            written, results, [answer] = await together(
+                tx,
+                [("summary_insert_many", rows)],
+                builds,
+                [(call.template, call.params, call.limit)],
             )
-            results = await finish_results(tx, finish, finished[0])
-            leased, _ = pass_claimed(worker, tx.now, claim, claimed[0])
+            assert (answer is None) == (backend == "sqlite")
+            if answer is None:
+                leased = await claim_pass(tx, worker, 2)
+            else:
+                leased, _ = pass_claimed(worker, tx.now, call, answer)
             return written, results, leased
 
     taken, _, _ = _completions(leases, worker)[1](T0 + 20)
@@ -425,12 +430,13 @@ async def test_a_claim_pass_meeting_a_taken_transition_key_claims_nothing(
     """A claim pass whose row's claim key another fact already holds raises KeyAlreadyUsed and
     leaves every row of the pass queued, with no claim fact or event: on PostgreSQL the
     one-statement pass inserts its facts plainly and the unique index refuses the key."""
-    from taskward.claims import _claim_transition, claim_pass
-    from taskward.transitions import KeyAlreadyUsed
+    from taskward.claims import claim_pass
+    from taskward.transitions import KeyAlreadyUsed, claimed
 
     worker = spec()
     ids = [await submit(db, now=T0 + i) for i in range(3)]
-    _plant_fact(db_url, backend, ids[2], _claim_transition(worker, ids[2], 1).idempotency_key)
+    key = claimed(worker.actor, worker.worker_id, ids[2], 1).idempotency_key
+    _plant_fact(db_url, backend, ids[2], key)
     with pytest.raises(KeyAlreadyUsed):
         async with db.transaction(now=T0 + 10) as tx:
             await claim_pass(tx, worker, 3)

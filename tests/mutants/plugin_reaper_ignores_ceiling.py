@@ -3,7 +3,7 @@ the last attempt goes back to the queue instead of failing (breaks R6)."""
 
 from __future__ import annotations
 
-from taskward.maintenance import reaper
+from taskward.maintenance import ceiling, composite, leases, retries
 from taskward.store.port import StateDB
 from tests.mutants._profile import pytest_configure  # noqa: F401 (a hook of this plugin)
 
@@ -12,4 +12,6 @@ async def _no_ceiling(db: StateDB) -> int:
     return 1_000_000_000
 
 
-reaper.get_max_attempts = _no_ceiling
+# Every module of the maintenance services that reads the ceiling.
+for _module in (composite, leases, retries, ceiling):
+    _module.get_max_attempts = _no_ceiling  # type: ignore[attr-defined]

@@ -392,5 +392,8 @@ async def test_the_store_names_its_dialect_and_url(db: StateDB, db_url: str) -> 
     """``dialect``, ``url`` and ``supports_listen_notify``: what the store is, so the one
     documented difference (LISTEN/NOTIFY on PostgreSQL, polling on SQLite) can be told."""
     assert db.url == db_url
-    assert (db.dialect, db.supports_listen_notify) in {("sqlite", False), ("postgresql", True)}
+    assert (db.dialect, db.supports_listen_notify, db.concurrent_writers) in {
+        ("sqlite", False, False),
+        ("postgresql", True, True),
+    }
     assert db.dialect == ("sqlite" if db_url.startswith("sqlite") else "postgresql")

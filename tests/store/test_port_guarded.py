@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from taskward.ids import new_id
-from taskward.store.guarded import AUDIT_FIELDS
 from taskward.store.port import (
     AuditingTx,
     ConcurrencyKeyBusy,
@@ -244,6 +243,8 @@ def _finish_params(run_id: str, *, expiry: float, worker: str = "w1") -> dict[st
         "fact_ids": [new_id()],
         "event_ids": [new_id()],
         "outbox_ids": [new_id()],
+        "outbox_max_attempts": 10,
+        "outbox_ttl_s": 604800.0,
     }
 
 
@@ -257,7 +258,7 @@ async def test_auditing_is_none_on_sqlite_and_an_auditing_tx_on_postgres(db: Sta
             assert auditing is None
         else:
             assert auditing is tx
-            for method in ("run_update_many_audited", "finish_running", "claim_queued"):
+            for method in ("finish_running", "claim_queued", "together"):
                 assert callable(getattr(auditing, method))
 
 
@@ -267,61 +268,6 @@ async def _auditing(db: StateDB, tx: Tx) -> AuditingTx:
         assert db.dialect == "sqlite"
         pytest.skip("SQLite has no AuditingTx (auditing() is None: tested above)")
     return auditing
-
-
-async def test_an_audited_update_writes_each_changed_rows_fact_event_and_notification(
-    db: StateDB,
-) -> None:
-    """``run_update_many_audited`` (PostgreSQL): ``run_update_many``, and for every row it
-    changed, that row's fact, event and (where ``outbox_id`` is set) notification; each row
-    says ``fact_written``, False when its transition key was taken. A row that did not match
-    gets nothing."""
-    runs = [await _leased(db) for _ in range(3)]
-    await db.fetchone("fact_insert", fact_params(runs[1], idempotency_key="done:1"))
-    done = {
-        "status": "completed",
-        "updated_at": NOW + 1,
-        "status_reason_code": "exit_zero",
-        "status_reason_summary": "",
-        "status_evidence_refs": "[]",
-    }
-    items = [(run_id, "running", done, {"leased_by": "w1"}) for run_id in runs]
-    items[2] = (runs[2], "running", done, {"leased_by": "w9"})  # not its owner: no match
-    audits = [
-        {
-            **dict.fromkeys(AUDIT_FIELDS),
-            "fact_id": new_id(),
-            "event_id": new_id(),
-            "outbox_id": new_id(),
-            "entity_type": "schedule_run",
-            "source": "worker",
-            "actor": "worker:w1",
-            "metadata": "{}",
-            "idempotency_key": "done:1",
-            "request_hash": "sha256:r",
-        }
-        for _ in runs
-    ]
-    async with db.transaction(now=NOW + 1) as tx:
-        auditing = await _auditing(db, tx)
-        rows = await auditing.run_update_many_audited(
-            items, audits, returning=("leased_by", "lease_attempts")
-        )
-    written = {row["id"]: row["fact_written"] for row in rows}
-    assert written == {runs[0]: True, runs[1]: False}
-    [fact] = await db.fetchall("fact_list", {"entity_id": runs[0]})
-    assert (fact["id"], fact["previous_status"], fact["status"], fact["lease_id"]) == (
-        audits[0]["fact_id"],
-        "running",
-        "completed",
-        "w1/1",
-    )
-    [event] = await db.fetchall("event_list", {"task_id": runs[0]})
-    assert (event["id"], event["transition_id"]) == (audits[0]["event_id"], fact["id"])
-    notification = await db.fetchone("outbox_get", {"id": audits[0]["outbox_id"]})
-    assert notification is not None and notification["body"]["status"] == "completed"
-    assert await db.fetchall("fact_list", {"entity_id": runs[2]}) == []
-    assert await db.fetchone("outbox_get", {"id": audits[2]["outbox_id"]}) is None
 
 
 async def test_a_taken_transition_key_in_a_one_statement_finish_is_key_already_used(

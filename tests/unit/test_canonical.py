@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from taskward import transitions
 from taskward.canonical import canonical_json, content_hash, dumps, plain_canonical_json
 from taskward.host.models import SessionSummary
 from taskward.host.summaries import summary_json
 from taskward.models import Actor, StateReason, TransitionRequest
 from taskward.transitions import request_hash
+from taskward.transitions.apply import applied_move
+from taskward.transitions.rows import audit_rows, move_of
 
 
 def test_canonical_json_sorts_keys_and_is_compact_utf8() -> None:
@@ -116,10 +117,9 @@ def test_transition_event_payload_is_the_compact_json_of_its_fields() -> None:
         actor=Actor(type="operator", id="ops\u2028\\"),
         idempotency_key="k",
     )
-    statements, _ = transitions._writes(
-        request, {}, {"leased_by": None, "lease_attempts": 0}, "t1", "sha256:0"
-    )
-    [event] = [params for name, params in statements if name == "event_insert"]
+    move = move_of(request, {}, {}, "sha256:0", 1.0)
+    _, event, notification = audit_rows(move, "t1", "e1", None)
+    assert notification is not None  # failed is terminal: its notification, beside the event
     assert event["payload"] == dumps(
         {
             "from": "running",
@@ -212,8 +212,8 @@ def test_the_hosts_facts_spliced_equal_the_models_canonical_json(
 
 
 def test_an_applied_result_is_the_model_its_fields_make() -> None:
-    """``transitions._applied`` builds its TransitionResult without pydantic's per-field loop
-    (``models.constructed``): the same instance as the validated model and as
+    """``transitions.apply.applied_move`` builds its TransitionResult without pydantic's
+    per-field loop (``models.constructed``): the same instance as the validated model and as
     ``model_construct``, down to the fields it says were set."""
     from taskward.models import TransitionResult
 
@@ -225,7 +225,7 @@ def test_an_applied_result_is_the_model_its_fields_make() -> None:
         actor=Actor(type="system", id="w"),
         idempotency_key="ack:w/1",
     )
-    fast = transitions._applied(request, "t1", "e1")
+    fast = applied_move(request.from_state, request.to_state, "t1", "e1")
     given = {
         "applied": True,
         "previous_state": "running",

@@ -1,15 +1,10 @@
-"""The maintenance edges (taskward.maintenance.edges): each constructor's request, guard and patch,
-exactly as stored facts and replays expect them, and a module that can move beside
-``transition_task`` as it is (it imports only models, lifecycle and the standard library)."""
+"""The recovery edges (taskward.transitions.recovery): each constructor's request, guard and
+patch, exactly as stored facts and replays expect them."""
 
 from __future__ import annotations
 
-import ast
-import sys
-from pathlib import Path
-
 from taskward.lifecycle import EDGES, Status
-from taskward.maintenance import edges
+from taskward.transitions import recovery as edges
 
 LEASE = {"id": "t1", "leased_by": "host:aaaaaaaa", "lease_expires_at": 50.0, "lease_attempts": 2}
 RETRY = {"id": "t1", "lease_attempts": 2, "retry_at": 60.0}
@@ -125,18 +120,3 @@ def test_every_edge_is_declared_and_made_by_the_reaper() -> None:
         assert dst in EDGES[src], (src, dst)
         assert edge.request.actor == edges.REAPER
         assert type(edge.request.from_state) is type(edge.request.to_state) is str
-
-
-def test_edges_imports_only_models_lifecycle_and_the_standard_library() -> None:
-    tree = ast.parse(Path(edges.__file__).read_text(encoding="utf-8"))
-    imported: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "no relative imports: the module moves as it is"
-            imported.add(node.module or "")
-    taskward = {name for name in imported if name.split(".")[0] == "taskward"}
-    assert taskward == {"taskward.models", "taskward.lifecycle"}
-    others = {name.split(".")[0] for name in imported - taskward} - {"__future__"}
-    assert others <= sys.stdlib_module_names, others

@@ -118,7 +118,7 @@ def test_a_host_shutdown_is_due_at_once_and_a_retry_after_backoff() -> None:
 def test_the_ceiling_is_recorded_and_terminal_patches_keep_their_shape() -> None:
     ceiling = outcome(TaskExecutionResult("timed_out", retryable=True), attempt=3)
     assert ceiling.metadata == {"attempt_ceiling": 3, "cause": "deadline_exceeded"}
-    # transitions._FINISH_PATCH: the one-statement finish matches this exact key order
+    # transitions.finish.FINISH_PATCH: the one-statement finish matches this exact key order
     assert list(ceiling.patch) == ["ended_at", "exit_code", "error_detail", "invocation_id"]
     failed = outcome(failure("invalid_task", retryable=False, detail="cwd is missing"))
     assert failed.patch["error_detail"] == "cwd is missing"  # the host's code is in the summary

@@ -10,8 +10,11 @@ import pytest
 from taskward.store.migrate import load_migrations
 from taskward.store.queries import load_queries, parse_queries, to_positional, to_pyformat
 
-# Statements only PostgreSQL has: SQLite has no data-modifying CTEs, so its claim pass is
-# always the paged one (claims.claim_pass).
+# Statements only PostgreSQL has: its one-statement claim pass and finish (data-modifying CTEs,
+# which SQLite lacks), PostgreSQL's form of the one claim and the one finish, sent only by
+# ``transitions`` (tests/unit/test_one_writer.py). Kept because they were measured to pay:
+# without them a PostgreSQL drain runs at 0.80 and 0.87 of the tasks a second
+# (docs/benchmarks.md "Do the PostgreSQL one-statement paths pay?").
 POSTGRES_ONLY = {"run_claim_batch", "run_finish_batch"}
 
 
@@ -86,14 +89,13 @@ def test_each_set_based_write_takes_one_array_per_parameter_of_its_one_row_state
         many_columns("fact_insert")
 
 
-def test_the_audited_compare_and_swap_stays_within_psycopgs_parse_cache() -> None:
-    """psycopg caches the parse of a statement of at most 4,096 bytes only; beyond it the
-    audited compare-and-swap (the widest statement a worker sends, once per group) was parsed
-    again on every execution (1.9 % of a worker's CPU). The widest shape: every patch column
-    set, every guard compared."""
+def test_the_widest_compare_and_swap_stays_within_psycopgs_parse_cache() -> None:
+    """psycopg caches the parse of a statement of at most 4,096 bytes only; beyond it a
+    compare-and-swap would be parsed again on every execution. The widest shape: every patch
+    column set, every guard compared."""
     from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH, MAX_CACHED_STATEMENT_PARAMS
 
-    from taskward.store.guarded import AUDIT_FIELDS, build_run_update_many_audited
+    from taskward.store.guarded import build_run_update_many
     from taskward.store.port import RUN_GUARD_COLUMNS, RUN_PATCH_COLUMNS
 
     values = {
@@ -105,10 +107,8 @@ def test_the_audited_compare_and_swap_stays_within_psycopgs_parse_cache() -> Non
         **{column: None for column in sorted(RUN_PATCH_COLUMNS)},
     }
     guard = {column: 1.0 for column in sorted(RUN_GUARD_COLUMNS)} | {"leased_by": "w"}
-    audit = {field: "x" for field in AUDIT_FIELDS}
-    sql, params = build_run_update_many_audited(
-        [("r", "running", values, guard)], [audit], ("*",), now=1.0
-    )
+    items = [(f"r{n}", "running", values, guard) for n in range(2)]
+    sql, params = build_run_update_many(items, ("*",), dialect="postgresql")
     assert len(to_pyformat(sql).encode()) <= MAX_CACHED_STATEMENT_LENGTH
     assert len(params) <= MAX_CACHED_STATEMENT_PARAMS
 

@@ -56,7 +56,8 @@ from taskward.models import Actor, TransitionResult
 from taskward.registry import CancellationToken, TaskExecutionResult
 from taskward.settings import get_max_attempts
 from taskward.store.port import Row, StateDB, Tx
-from taskward.transitions import Built, apply_built, finish_call, finish_results
+from taskward.transitions import Built
+from taskward.transitions.finish import together
 
 log = logging.getLogger("taskward.host.source")
 
@@ -439,42 +440,35 @@ class LocalTaskSource:
     async def _finish_together(self, tx: Tx, items: list[_Finish]) -> list[_Finished]:
         """GroupCommit's combine for ``complete_with_summary``: every summary (one multi-row
         insert), then every completion (one set-based compare-and-swap), then claim passes of
-        at most 20 for the slots those completions freed. Where the store writes audit rows in
-        its statements (PostgreSQL), the three travel together, in that order, in one round
-        trip (``AuditingTx.together``); a pass the paged pass must finish continues after.
+        at most 20 for the slots those completions freed; in one round trip where the store
+        runs the three as statements (``transitions.finish.together``), and a pass it did not
+        finish (or did not run) continues as the paged pass.
 
         A session that already has a summary row (pending, or complete: a replay or a conflict)
         fails the insert (``summary_insert_many``), which rolls the batch back: each finish
         then takes the two-step path, which judges that row as ``summary_write`` does."""
         summaries = ("summary_insert_many", [item.summary for item in items])
-        builds = [item.build for item in items]
         # Asked before the completions are written, as one decision for the whole step (D3).
         wanted = [max(0, item.claim_next()) for item in items]
-        auditing = tx.auditing()
-        # The pipelined step needs both statements prepared; the passes are checked first, as
-        # they cost nothing to refuse (a store without audited statements, a ranked worker),
-        # so the finish's outcomes are resolved here only where they will be sent.
-        passes = pass_calls(tx, self.spec, sum(wanted)) if auditing is not None else None
-        finish = finish_call(tx, builds) if passes is not None else None
-        if auditing is None or passes is None or finish is None:
-            [count] = await tx.write_many([summaries])
-            if count != len(items):
-                raise _SummaryExists
-            transitions = await apply_built(tx, builds)
-            claimed = await self._claim_passes(tx, sum(wanted), [], more=True)
-        else:
-            [count], [rows], answers = await auditing.together(
-                [summaries], [finish.params], [call.params for call in passes]
-            )
-            if count != len(items):
-                raise _SummaryExists
-            transitions = await finish_results(tx, finish, rows)
-            claimed, more = [], False
-            for call, found in zip(passes, answers, strict=True):
-                got, left = pass_claimed(self.spec, tx.now, call, found)
-                claimed += got
-                more = more or (left and len(got) < call.limit)
-            claimed = await self._claim_passes(tx, sum(wanted), claimed, more=more)
+        passes = pass_calls(self.spec, sum(wanted), tx.now)
+        [count], transitions, answers = await together(
+            tx,
+            [summaries],
+            [item.build for item in items],
+            [(call.template, call.params, call.limit) for call in passes],
+        )
+        if count != len(items):
+            raise _SummaryExists
+        claimed: list[Claimed] = []
+        more = not passes
+        for call, batch in zip(passes, answers, strict=True):
+            if batch is None:  # not run with the step: the paged passes claim
+                more = True
+                continue
+            got, left = pass_claimed(self.spec, tx.now, call, batch)
+            claimed += got
+            more = more or (left and len(got) < call.limit)
+        claimed = await self._claim_passes(tx, sum(wanted), claimed, more=more)
         finished = []
         for transition, count in zip(transitions, wanted, strict=True):
             finished.append(_Finished(claimed=claimed[:count], transition=transition))

@@ -8,8 +8,9 @@ Each job is a service, a small frozen dataclass of its settings with
 ``async def run_once(self, db, *, now=None) -> dict[str, int]`` (one pass; the counts of the
 moves it wrote). One owner per module; imports inside the package point one way:
 
-- ``edges``: the named requests, guards and patches of every maintenance edge (imports only
-  ``models`` and ``lifecycle``: it can move beside ``transition_task`` as it is).
+The named requests, guards and patches of every maintenance edge are the one writer's
+(``taskward.transitions.recovery``, imported here as ``edges``).
+
 - ``service`` -> ``edges``: the ``run_once`` shape (``MaintenanceService``), ``REAP_BATCH``, and
   ``write_edge``, which applies one edge and counts it only if this call wrote it.
 - ``leases`` -> ``service``, ``edges``: ``LeaseReaper``, ``running -> retry_wait | failed``.
@@ -37,10 +38,10 @@ from taskward.maintenance.composite import (
     reap_expired_leases,
 )
 from taskward.maintenance.deadlines import DEFAULT_DEADLINE_GRACE_SECONDS, DeadlineReaper
-from taskward.maintenance.edges import REAPER, Edge
 from taskward.maintenance.leases import LeaseReaper
 from taskward.maintenance.retries import RetryPromoter
 from taskward.maintenance.service import REAP_BATCH, MaintenanceService
+from taskward.transitions.recovery import REAPER, Edge
 
 __all__ = [
     "DEFAULT_DEADLINE_GRACE_SECONDS",

@@ -14,10 +14,10 @@ import json
 from dataclasses import dataclass
 
 from taskward.lifecycle import Status
-from taskward.maintenance import edges
 from taskward.maintenance.service import write_edge
 from taskward.settings import get_max_attempts, get_swept_ceiling, set_swept_ceiling
 from taskward.store.port import StateDB
+from taskward.transitions import recovery as edges
 
 _IDLE = sorted({Status.QUEUED.value, Status.WAITING_DEPENDENCY.value})
 

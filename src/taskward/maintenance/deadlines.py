@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from taskward.claims import DEFAULT_HEARTBEAT_TTL_SECONDS
-from taskward.maintenance import edges
 from taskward.maintenance.service import REAP_BATCH, write_edge
 from taskward.store.port import StateDB
+from taskward.transitions import recovery as edges
 
 DEFAULT_DEADLINE_GRACE_SECONDS: Final = 30.0
 

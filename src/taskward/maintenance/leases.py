@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from taskward.execution import RetryPolicy
-from taskward.maintenance import edges
 from taskward.maintenance.service import REAP_BATCH, write_edge
 from taskward.settings import get_max_attempts
 from taskward.store.port import StateDB
+from taskward.transitions import recovery as edges
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from taskward.maintenance.composite import (
     reap_expired_leases,
 )
 from taskward.maintenance.deadlines import DEFAULT_DEADLINE_GRACE_SECONDS
-from taskward.maintenance.edges import REAPER
 from taskward.maintenance.service import REAP_BATCH
+from taskward.transitions.recovery import REAPER
 
 __all__ = [
     "DEFAULT_DEADLINE_GRACE_SECONDS",

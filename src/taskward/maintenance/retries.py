@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from taskward.lifecycle import Status
-from taskward.maintenance import edges
 from taskward.maintenance.ceiling import skip_at_ceiling
 from taskward.maintenance.service import REAP_BATCH, write_edge
 from taskward.settings import get_max_attempts
 from taskward.store.port import StateDB
+from taskward.transitions import recovery as edges
 
 
 class Promoted(NamedTuple):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Final, Protocol
 
-from taskward.maintenance.edges import Edge
 from taskward.store.port import StateDB
 from taskward.transitions import transition_task
+from taskward.transitions.recovery import Edge
 
 REAP_BATCH: Final = 500
 

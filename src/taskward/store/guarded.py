@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Final, Literal, overload
+from typing import Any, Literal, overload
 
 from taskward.store.pgarrays import pg_array
 from taskward.store.port import (
@@ -180,22 +180,16 @@ def _update_clause(shape: Shape, returning: tuple[str, ...], *, pg: bool) -> str
 
 
 @lru_cache(maxsize=64)
-def _pg_statement(shape: Shape, returning: tuple[str, ...], audited: bool) -> str:
+def _pg_statement(shape: Shape, returning: tuple[str, ...]) -> str:
     """The PostgreSQL statement of a shape, built once: one typed array per column, so its text
     never depends on the number of rows (the driver parses it once, the server keeps it
     prepared). Parameters are named by position (c0, c1, ...; ``v(...)`` names the columns),
-    short enough to keep even the audited statement under psycopg's 4,096-byte parse cache."""
+    short enough to keep the statement under psycopg's 4,096-byte parse cache."""
     names, columns = _columns(shape)
     types = [PG_RUN_COLUMN_TYPES[column] for column in columns]
-    if audited:
-        names = (*names, *(f"a_{field}" for field in AUDIT_FIELDS))
-        types += ["text"] * len(AUDIT_FIELDS)
     arrays = ", ".join(f":c{j}::{pg_type}[]" for j, pg_type in enumerate(types))
     head = f"WITH v({', '.join(names)}) AS (SELECT * FROM unnest({arrays}))"
-    update = _update_clause(shape, returning, pg=True)
-    if audited:
-        return f"{head}, u AS ({update}){_PG_AUDIT_TAIL}"
-    return f"{head} {update}"
+    return f"{head} {_update_clause(shape, returning, pg=True)}"
 
 
 def _pg_params(shape: Shape, table: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
@@ -238,113 +232,6 @@ def build_run_update_many(
     shape = _checked_shape(items, returning)
     table = _table(items, shape)
     if dialect == "postgresql":
-        return _pg_statement(shape, tuple(returning), False), _pg_params(shape, table)
+        return _pg_statement(shape, tuple(returning)), _pg_params(shape, table)
     sql = _sqlite_statement(shape, tuple(returning), len(table))
     return sql, [cell for row in table for cell in row]
-
-
-# -- the audited form (PostgreSQL) --------------------------------------------------------------
-
-AUDIT_FIELDS: Final = (
-    "fact_id",
-    "event_id",
-    "outbox_id",
-    "entity_type",
-    "source",
-    "actor",
-    "metadata",
-    "idempotency_key",
-    "request_hash",
-    "lease_id",
-)
-"""What ``build_run_update_many_audited`` needs of each transition beyond its compare-and-swap:
-the new rows' ids (``outbox_id`` None: no notification), the fact's own fields, and the lease id
-when the guard names it (None: the updated row's ``leased_by/lease_attempts``)."""
-
-_AUDITED_VALUES: Final = (
-    "status",
-    "updated_at",
-    "status_reason_code",
-    "status_reason_summary",
-    "status_evidence_refs",
-)
-
-# For every row the compare-and-swap (``u``) changed, joined once to its arrays (``w``): its
-# fact, its event and, where the transition is terminal, its notification, each exactly the row
-# ``transitions._writes`` builds for the one-row path (a test compares them column by column).
-# The fact's previous and new status and its reason are the compare-and-swap's own columns (the
-# projection it writes is the request's); the event's payload and the notification's body are
-# built here as jsonb, the type they are stored as, so key order cannot differ. The
-# notification's defaults are ``outbox_enqueue``'s (max_attempts 10, ttl 7 days; the
-# comparison test checks). A taken transition key inserts no fact and ``fact_written`` says so;
-# the caller then rolls the transaction back. queries.sql's run_finish_batch writes the same
-# fact, event and notification for a group that shares one outcome, from one value where this
-# takes a column (tests/integration/test_worker.py compares the rows both write).
-_PG_AUDIT_TAIL_TEXT: Final = """, w AS (
-  SELECT * FROM u JOIN v ON v.g_id = u.id
-), fact AS (
-  INSERT INTO status_transitions (
-    id, entity_type, entity_id, previous_status, status, reason_code, reason_summary,
-    evidence_refs, source, actor, created_at, metadata, idempotency_key, request_hash,
-    event_id, lease_id
-  )
-  SELECT a_fact_id, a_entity_type, id, g_status, v_status, v_status_reason_code,
-         v_status_reason_summary, v_status_evidence_refs, a_source, a_actor, :now::float8,
-         a_metadata::jsonb, a_idempotency_key, a_request_hash, a_event_id,
-         COALESCE(a_lease_id, leased_by || '/' || COALESCE(lease_attempts, 0)::text)
-  FROM w
-  ON CONFLICT (entity_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-  RETURNING entity_id
-), event AS (
-  INSERT INTO task_events (id, task_id, kind, transition_id, status, payload, created_at)
-  SELECT a_event_id, id, 'transition', a_fact_id, v_status,
-         jsonb_build_object('from', g_status, 'to', v_status,
-                            'reason_code', v_status_reason_code, 'actor', a_actor),
-         :now::float8
-  FROM w
-), notification AS (
-  INSERT INTO dispatch_outbox (
-    id, kind, dedup_key, schedule_run_id, transition_id, body, status, attempts, max_attempts,
-    next_attempt_at, created_at, updated_at, expires_at
-  )
-  SELECT a_outbox_id, 'task_terminal', 'task-terminal:' || a_fact_id, id, a_fact_id,
-         jsonb_build_object('status', v_status,
-                            'reason', jsonb_build_object('code', v_status_reason_code,
-                                                         'summary', v_status_reason_summary),
-                            'evidence_refs', v_status_evidence_refs),
-         'pending', 0, 10, n.now, n.now, n.now, n.now + 604800.0
-  FROM w, (SELECT :now::float8 AS now) n
-  WHERE a_outbox_id IS NOT NULL
-  ON CONFLICT (dedup_key) DO NOTHING
-)
-SELECT u.*, EXISTS (SELECT 1 FROM fact WHERE fact.entity_id = u.id) AS fact_written FROM u"""
-# Whitespace collapsed (no literal above holds any): psycopg caches the parse of a statement of
-# at most 4,096 bytes only, and parsed the laid-out text again on every execution.
-_PG_AUDIT_TAIL: Final = " ".join(_PG_AUDIT_TAIL_TEXT.split())
-
-
-def build_run_update_many_audited(
-    items: Sequence[RunUpdate],
-    audits: Sequence[Mapping[str, Any]],
-    returning: Sequence[str],
-    *,
-    now: float,
-) -> tuple[str, dict[str, Any]]:
-    """``build_run_update_many`` (PostgreSQL) whose statement also writes, for every row it
-    changes, the row's fact, event and notification (``_PG_AUDIT_TAIL``); ``audits[i]`` holds
-    ``AUDIT_FIELDS`` for ``items[i]``. ``returning`` must name ``leased_by`` and
-    ``lease_attempts`` (or ``*``): a fact without a guard-given lease id takes the row's."""
-    if len(audits) != len(items):
-        raise ValueError("one audit per update")
-    if "*" not in returning and not {"leased_by", "lease_attempts"} <= set(returning):
-        raise ValueError("an audited update returns leased_by and lease_attempts")
-    shape = _checked_shape(items, returning)
-    missing = sorted(set(_AUDITED_VALUES) - set(shape[0]))
-    if missing:
-        raise ValueError(f"an audited update sets the projection; missing: {', '.join(missing)}")
-    params = _pg_params(shape, _table(items, shape))
-    first = len(params)
-    for k, field in enumerate(AUDIT_FIELDS):
-        params[f"c{first + k}"] = pg_array("text", [audit[field] for audit in audits])
-    params["now"] = now
-    return _pg_statement(shape, tuple(returning), True), params

@@ -158,8 +158,8 @@ class Tx(Protocol):
     def auditing(self) -> AuditingTx | None:
         """This transaction as an ``AuditingTx`` where its store can write a group's facts,
         events and notifications inside the group's compare-and-swap (PostgreSQL: data-modifying
-        CTEs); None where it cannot (SQLite), and ``transitions`` writes them with
-        ``write_many`` after ``run_update_many``."""
+        CTEs); None where it cannot (SQLite), and ``transitions.apply`` writes them with
+        ``write_many`` after ``run_update_many``. Asked by ``transitions`` only."""
         ...
 
     def notify(self, channel: str) -> None:
@@ -172,33 +172,21 @@ class Tx(Protocol):
 
 
 class AuditingTx(Tx, Protocol):
-    """A ``Tx`` whose store writes a group's audit rows inside its compare-and-swap."""
-
-    async def run_update_many_audited(
-        self,
-        items: Sequence[RunUpdate],
-        audits: Sequence[Mapping[str, Any]],
-        returning: Sequence[str] = (),
-    ) -> list[Row]:
-        """``run_update_many``, and in the same statement, for every row it changed, that
-        row's fact, event and (where ``outbox_id`` is set) notification, built from the
-        compare-and-swap's own columns and the row's entry of ``audits``
-        (``guarded.AUDIT_FIELDS``). Each returned row carries ``fact_written``: False when its
-        transition key was taken (the fact inserted nothing; the caller rolls back).
-        """
-        ...
+    """A ``Tx`` whose store runs a claim pass and a group's finish as one statement each, the
+    audit rows written inside the compare-and-swap (PostgreSQL). Only ``transitions`` asks
+    for it (``Tx.auditing``)."""
 
     async def finish_running(self, params: Mapping[str, Any]) -> list[Row]:
         """A group's terminal transitions out of ``running`` that share one outcome, in one
-        statement (``transitions.apply_built`` builds ``params`` from a ``finish_template``):
-        for each row, its guarded compare-and-swap under its lease, its fact, event and
-        notification, as ``run_update_many_audited`` writes them. Returns the changed rows'
+        statement (``transitions.finish`` builds ``params`` from a ``finish_template``): for
+        each row, its guarded compare-and-swap under its lease, its fact, event and
+        notification, the rows ``transitions.rows.audit_rows`` builds. Returns the changed rows'
         ``id``, ``fact_id``, ``event_id`` and ``fact_written``, in no particular order; a taken
         transition key raises ``KeyAlreadyUsed`` (the transaction is aborted)."""
         ...
 
     async def claim_queued(self, params: Mapping[str, Any]) -> list[Row]:
-        """One claim pass in one statement (``transitions.claim_call`` builds ``params``):
+        """One claim pass in one statement (``transitions.claim.claim_call`` builds ``params``):
         the first page of claim candidates, locked, and for each row taken in page order its
         ``queued -> running`` compare-and-swap, lease, fact and event. Rows come in no
         particular order with their place (``claim_k``), ``fact_written``, and the page's
@@ -226,6 +214,9 @@ class StateDB(Protocol):
     dialect: str
     url: str
     supports_listen_notify: bool
+    concurrent_writers: bool
+    """Whether several write transactions may be in flight at once (PostgreSQL; SQLite has one
+    writer): what a service asks instead of the dialect (``groupcommit``'s lanes)."""
 
     def transaction(self, *, now: float | None = None) -> AbstractAsyncContextManager[Tx]:
         """Open a write transaction; ``now`` None means the store's clock (R9)."""

@@ -34,7 +34,6 @@ from taskward.loops import raise_if_cancelling
 from taskward.store.guarded import (
     build_run_update,
     build_run_update_many,
-    build_run_update_many_audited,
 )
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
 from taskward.store.pgarrays import ARRAY_TYPES, PgArray, pg_array, text_array
@@ -392,15 +391,6 @@ class _PgTx:
         (data-modifying CTEs): one statement and one round trip instead of four and two."""
         return self
 
-    async def run_update_many_audited(
-        self,
-        items: Sequence[RunUpdate],
-        audits: Sequence[Mapping[str, Any]],
-        returning: Sequence[str] = (),
-    ) -> list[Row]:
-        sql, params = build_run_update_many_audited(items, audits, returning, now=self.now)
-        return await self._compare_and_swap(sql, params)
-
     async def finish_running(self, params: Mapping[str, Any]) -> list[Row]:
         """``run_finish_batch``: a group's terminal transitions, one statement (its per-row
         columns as binary arrays)."""
@@ -466,6 +456,7 @@ class PostgresDB:
 
     dialect = "postgresql"
     supports_listen_notify = True
+    concurrent_writers = True
 
     def __init__(
         self,

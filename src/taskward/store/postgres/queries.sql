@@ -180,9 +180,10 @@ SELECT * FROM taskward_claim_lock_page(
 
 -- name: run_claim_batch
 -- A claim pass's first page and its queued -> running transitions in one statement
--- (claims.claim_pass for a worker without affinity ranking; transitions.claim_call builds the
--- transition parameters from the claim request's template, so what is written is exactly what
--- the paged pass writes, row for row: a test compares them column by column).
+-- (claims.claim_pass for a worker without affinity ranking; transitions.claim.claim_call builds
+-- the transition parameters from the claim request's template, so what is written is exactly
+-- what transitions.rows.audit_rows builds for the paged pass, row for row: a test compares them
+-- column by column).
 -- page: taskward_claim_lock_page's first page (0006, 0008), its served rows locked;
 -- picked: the locked rows in page order, at most :limit, none once a locked row with a
 --   serialization key comes (those need the paged pass's one-by-one claim, R7), none when this
@@ -190,13 +191,13 @@ SELECT * FROM taskward_claim_lock_page(
 --   nothing);
 -- u: each row's own compare-and-swap (matched by primary key: the status it compares is a
 --   column of picked, which no partial index's predicate can match, so the planner cannot walk
---   every queued row instead), guarded as claims._claim_request guards it (queued, no
+--   every queued row instead), guarded as claims._claim_parts guards it (queued, no
 --   owner, the attempt count the page read, no cancellation request), with its lease (R5:
 --   deadline = now + timeout_s (0 or absent: :default_timeout_s; at most :max_timeout_s,
 --   claims.MAX_TASK_TIMEOUT_SECONDS); expiry = the later of
 --   now + :lease_ttl and deadline + :lease_slack_s) and its status projection;
 -- fact / event: the transition's fact (its request hash the canonical request text spliced
---   around the row's id and attempt) and event, exactly apply_transition's. A taken transition
+--   around the row's id and attempt) and event, exactly transitions.rows.audit_rows'. A taken transition
 --   key fails the statement (the unique index refuses the fact; the store raises
 --   KeyAlreadyUsed and the transaction is aborted): a plain insert, not ON CONFLICT, whose
 --   speculative insertion costs server time on every row (measured:
@@ -271,11 +272,11 @@ LEFT JOIN u ON true;
 
 -- name: run_finish_batch
 -- A group commit's terminal transitions out of running under their leases, in one statement
--- (transitions.apply_built for execution.TerminalBuild items that share one outcome and a
--- finish_template): the work the audited compare-and-swap takes in per-row arrays of every
--- column, with what is one value for the whole group as one value. Each row keeps its own
+-- (transitions.finish for execution.TerminalBuild items that share one outcome and a
+-- finish_template), what is one value for the whole group as one value. Each row keeps its own
 -- compare-and-swap (its id, running, the lease's owner, expiry and attempt), its own fact, event
--- and notification, exactly as the audited statement writes them (a test compares the rows):
+-- and notification, exactly the rows transitions.rows.audit_rows builds (a test compares them;
+-- the notification's delivery bounds are its :outbox_max_attempts and :outbox_ttl_s):
 -- v: each row's id, attempt, lease expiry, exit code, evidence (its canonical JSON, and as
 --   jsonb once), new ids, and the status it compares (a column, so that the planner matches by primary key, never
 --   by a partial index over every running row);
@@ -333,7 +334,8 @@ WITH v AS MATERIALIZED (
                             'reason', jsonb_build_object('code', :reason_code::text,
                                                          'summary', :summary::text),
                             'evidence_refs', refs),
-         'pending', 0, 10, :now::float8, :now::float8, :now::float8, :now::float8 + 604800.0
+         'pending', 0, :outbox_max_attempts::integer, :now::float8, :now::float8, :now::float8,
+         :now::float8 + :outbox_ttl_s::float8
   FROM u
   WHERE outbox_id IS NOT NULL
 )

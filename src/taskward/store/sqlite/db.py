@@ -320,6 +320,7 @@ class SQLiteDB:
 
     dialect = "sqlite"
     supports_listen_notify = False
+    concurrent_writers = False
 
     def __init__(
         self,

@@ -1,14 +1,11 @@
-"""The maintenance edges (ADR-0072 D5, R5, R6), one named constructor each: the request, its
+"""The recovery edges (ADR-0072 D5, R5, R6), one named constructor each: the request, its
 compare-and-swap guard and its patch, as ``transition_task(db, request, guard=, patch=)`` takes
-them. Builds values only, no I/O; the services decide which edge a row takes.
+them. Builds values only, no I/O; the maintenance services decide which edge a row takes.
 
 Each key is deterministic per row and attempt (``reap:``, ``ready:``, ``retry-cancel:``,
 ``ceiling:``, ``deadline:``), so two reapers racing over one row write one fact (the second
 sees a replay); stored facts and replays depend on these keys, summaries and metadata staying
 as they are.
-
-Imports only ``taskward.models``, ``taskward.lifecycle`` and the standard library, so this
-module can move beside ``transition_task`` as it is.
 """
 
 from __future__ import annotations
