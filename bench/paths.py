@@ -76,10 +76,10 @@ async def _declined(*args: Any, **kwargs: Any) -> None:
 
 
 def _no_claim_statement() -> None:
-    from taskward import claims
+    from taskward.claims import passes
     from taskward.host import source
 
-    claims.claim_first_page = _declined  # type: ignore[assignment]  # imported by name
+    passes.claim_first_page = _declined  # type: ignore[assignment]  # claim_pass's, by name
     # The pipelined step with no claim statements: summaries and finish together (no
     # passes), then paged passes for every freed slot.
     source.pass_calls = lambda spec, wanted, now: []  # type: ignore[assignment]

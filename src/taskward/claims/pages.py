@@ -1,0 +1,105 @@
+"""A claim pass's candidates (ADR-0071 D5, R7): ``run_claim_page`` read page by page on a
+``(queued_at, id)`` keyset, at most ``CLAIM_SCAN_CAP`` rows a scan, and ordered by affinity.
+Reads only: the pass that claims them is ``passes``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from taskward.capabilities import affinity_score
+from taskward.claims.spec import WorkerSpec
+from taskward.settings import DEFAULT_MAX_ATTEMPTS
+from taskward.store.port import Row, StateDB, Tx
+
+CLAIM_PAGE_SIZE: Final = 50
+CLAIM_SCAN_CAP: Final = 5000
+
+Cursor = tuple[float | None, str | None]
+
+
+def _scan_cap() -> int:
+    """``CLAIM_SCAN_CAP`` as the package publishes it (``taskward.claims.CLAIM_SCAN_CAP``), read
+    once per scan: the name callers know, so a caller that sets it there bounds the scan (as
+    tests/integration/test_worker.py does), as before the package was split."""
+    from taskward import claims  # the package: imported before any scan can run
+
+    return int(claims.CLAIM_SCAN_CAP)
+
+
+async def find_candidates(
+    db: StateDB | Tx, spec: WorkerSpec, *, limit: int, max_attempts: int
+) -> list[Row]:
+    """Eligible queued rows in claim order (affinity first, then oldest)."""
+    candidates, _ = await _find(db, spec, limit=limit, max_attempts=max_attempts)
+    return candidates
+
+
+async def _find(
+    db: StateDB | Tx,
+    spec: WorkerSpec,
+    *,
+    limit: int,
+    max_attempts: int,
+    after: Cursor = (None, None),
+    first_page: list[Row] | None = None,
+) -> tuple[list[Row], Cursor | None]:
+    """``find_candidates`` from ``after`` on; also returns where the next scan would start
+    (None when the queue was read to its end). ``first_page``: the first page, already read
+    (``_page_params`` with ``_first_page_size``)."""
+    candidates: list[Row] = []
+    scanned = 0
+    scan_cap = _scan_cap()
+    cursor = after
+    more = True
+    page_size = _first_page_size(spec, limit)
+    while scanned < scan_cap and len(candidates) < limit:
+        page_size = min(page_size, scan_cap - scanned)
+        if first_page is not None:
+            page, first_page = first_page, None
+        else:
+            params = _page_params(spec, max_attempts, cursor, page_size, limit - len(candidates))
+            page = await db.fetchall("run_claim_page", params)
+        scanned += len(page)
+        # Only the rows the page locked for this pass: the others are held by another claimer,
+        # or the worker cannot serve them (serves() is the SQL filter's Python twin, kept as a
+        # check), or they lie beyond the rows it asked to lock.
+        candidates.extend(row for row in page if row["locked"] and spec.serves(row))
+        if page:
+            cursor = (page[-1]["queued_at"], page[-1]["id"])
+        if len(page) < page_size:
+            more = False
+            break
+        page_size = CLAIM_PAGE_SIZE
+    # Stable sort: descending affinity, the SQL's oldest-first order kept for ties.
+    candidates.sort(
+        key=lambda r: -affinity_score(r.get("required_capabilities"), spec.capabilities)
+    )
+    return candidates, cursor if more else None
+
+
+def _first_page_size(spec: WorkerSpec, limit: int) -> int:
+    """Without an affinity token every score is 0 and the order is the SQL's oldest-first, so
+    the first page need only hold the rows wanted plus a margin for rows a concurrent claimer
+    holds (the other lane of this worker, or another worker): a pass for one free slot reads ten
+    rows, not fifty. Later pages (after rows were filtered out by target or capability, or were
+    held) are full size."""
+    return CLAIM_PAGE_SIZE if spec.ranked else min(CLAIM_PAGE_SIZE, 2 * limit + 8)
+
+
+def _page_params(
+    spec: WorkerSpec, max_attempts: int | None, cursor: Cursor, page_size: int, wanted: int
+) -> dict[str, Any]:
+    """``run_claim_page``'s parameters; ``max_attempts`` None reads the stored ceiling.
+
+    The page locks at most ``wanted`` rows, the oldest this worker serves; a worker that ranks
+    by affinity locks every row of the page it serves, as it may claim any of them."""
+    return {
+        "max_attempts": max_attempts,
+        "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
+        **spec.page_filter,
+        "cursor_queued_at": cursor[0],
+        "cursor_id": cursor[1],
+        "page_size": page_size,
+        "lock": page_size if spec.ranked else wanted,
+    }
