@@ -1,20 +1,20 @@
 """The ADR-0071 D4 worker functions: heartbeat, reap, claim-and-execute, tick.
 
-These keep the records' signatures (plus ``registry=``) for callers that drive a worker one
-tick at a time. ``claim_and_execute`` runs its claims one after another, as the record says;
-the ``taskward worker`` process is the resident host instead (``taskward.host``), which claims
-through the same ``claims.claim_runs`` and finishes through the same ``execution.settle_lease``.
-Like the host, a completed run writes its summary (``LocalSummaryStore``, session key
-``<task-id>:<attempt>``) before its completion is acknowledged (ADR-0037 D4).
+Thin wrappers over the one runtime: ``claim_and_execute`` claims through ``LocalTaskSource``
+(the claim the ``taskward worker`` process makes) and runs what it claimed, one task after
+another, through the resident host (``ResidentEngineHost`` with one slot over the same
+``AdapterRunner``): the host's watchdog, its summary before completion (ADR-0037 D4) and its
+acknowledgements judged by database state (R4, the one outcome table). What differs from the
+``taskward worker`` process is only the schedule: these keep the records' signatures (plus
+``registry=``) for callers that drive a worker one tick at a time, and claim once per call.
+An injected ``now`` (R9) is the time of every statement of the call and the host's clock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
@@ -26,18 +26,18 @@ from taskward.claims import (
     CLAIM_CAP,
     DEFAULT_HEARTBEAT_TTL_SECONDS,
     DEFAULT_LEASE_TTL_SECONDS,
-    Lease,
     WorkerSpec,
-    claim_runs,
     new_worker_id,
 )
-from taskward.execution import RetryPolicy, execute_lease, settle_lease
+from taskward.execution import RetryPolicy
 from taskward.heartbeat import register_heartbeat
-from taskward.host.models import SessionSummary, manifest_ref, summary_facts
+from taskward.host.engine_host import ResidentEngineHost
+from taskward.host.models import Task, TaskAck, TaskFailure, TaskResult
+from taskward.host.runner import AdapterRunner, TaskSession
+from taskward.host.source import LocalTaskSource
 from taskward.host.summaries import LocalSummaryStore
-from taskward.maintenance.reaper import reap_expired_leases
+from taskward.maintenance import reap_expired_leases
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
-from taskward.settings import get_max_attempts
 from taskward.store.port import Row, StateDB, Tx
 
 __all__ = [
@@ -81,7 +81,7 @@ class _LegacyExecuteAdapter:
 
 class _AtTime:
     """The store as seen at one injected time (R9): every transaction and single statement runs
-    with ``now``, so a summary written under injected time is stamped with it."""
+    with ``now``, so whatever the call writes is stamped with it."""
 
     def __init__(self, db: StateDB, now: float) -> None:
         self._db = db
@@ -93,6 +93,9 @@ class _AtTime:
     def transaction(self, *, now: float | None = None) -> AbstractAsyncContextManager[Tx]:
         return self._db.transaction(now=self._now if now is None else now)
 
+    async def now(self) -> float:
+        return self._now
+
     async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> int:
         return await self._db.execute(name, {"now": self._now, **(params or {})})
 
@@ -103,79 +106,31 @@ class _AtTime:
         return await self._db.fetchall(name, {"now": self._now, **(params or {})})
 
 
-async def write_summary(
-    db: StateDB,
-    lease: Lease,
-    result: TaskExecutionResult,
-    *,
-    started_at: float,
-    started_mono: float,
-    now: float | None = None,
-) -> TaskExecutionResult:
-    """Write the complete summary of a completed run before its completion (ADR-0037 D4).
+class _Claimed:
+    """The tasks one call claimed, handed to the host one per free slot; then none, and the
+    host stops claiming (no second claim in one call). Acknowledgements go to the source (the
+    two-step finish: summary, then completion, with no next claim for the freed slot)."""
 
-    Returns the result to acknowledge: the adapter's, citing the summary, or -- when the summary
-    could not be written -- a retryable failure, never a completion without one (D4).
-    """
-    key = f"{lease.task_id}:{lease.attempt}"  # the run id (R10), as the host's session key
-    facts = summary_facts(
-        lease.task_id,
-        lease.attempt,
-        datetime.fromtimestamp(started_at, UTC),
-        datetime.fromtimestamp(time.time(), UTC),
-        (time.monotonic() - started_mono) * 1000,
-        {
-            "operation_statuses": {lease.action_kind: result.status},
-            "artifact_refs": result.evidence_refs,
-        },
-    )
-    summary = SessionSummary(
-        facts=facts, narrative=None, manifest_ref=manifest_ref(lease.task_id, lease.attempt)
-    )
-    try:
-        store = db if now is None else cast(StateDB, _AtTime(db, now))
-        await LocalSummaryStore(store).write(key, summary)
-    except Exception as exc:
-        log.warning("task %s: summary %s not written: %r", lease.task_id, key, exc)
-        return TaskExecutionResult(
-            status="failed",
-            retryable=True,
-            exit_code=result.exit_code,
-            error_detail=f"summary_failed: summary not written: {exc!r}",
-            invocation_id=result.invocation_id,
-            evidence_refs=list(result.evidence_refs),
-        )
-    return dataclasses.replace(
-        result,
-        evidence_refs=[*result.evidence_refs, {"kind": "summary", "session_key": key}],
-    )
+    def __init__(self, source: LocalTaskSource, tasks: list[Task]) -> None:
+        self._source = source
+        self._tasks = tasks
+        self.host: ResidentEngineHost | None = None
 
+    async def claim_many(self, limit: int) -> list[Task]:
+        handed, self._tasks = self._tasks[:limit], self._tasks[limit:]
+        if not handed and self.host is not None:
+            self.host.stop_claiming("claimed tasks done")
+        return handed
 
-async def run_lease(
-    db: StateDB,
-    spec: WorkerSpec,
-    lease: Lease,
-    registry: TaskAdapterRegistry,
-    *,
-    token: CancellationToken,
-    max_attempts: int,
-    policy: RetryPolicy,
-    now: float | None = None,
-) -> str:
-    """Execute one lease and settle it; returns the status the row ended in. A completed run
-    writes its summary first (ADR-0037 D4)."""
-    row = await db.fetchone("run_get", {"id": lease.task_id})
-    assert row is not None
-    started_at, started_mono = time.time(), time.monotonic()
-    result = await execute_lease(registry, row, lease, cancellation=token)
-    if result.status == "completed":
-        result = await write_summary(
-            db, lease, result, started_at=started_at, started_mono=started_mono, now=now
-        )
-    transition = await settle_lease(
-        db, lease, result, actor=spec.actor, max_attempts=max_attempts, policy=policy, now=now
-    )
-    return transition.current_state
+    async def claim(self) -> Task | None:
+        tasks = await self.claim_many(1)
+        return tasks[0] if tasks else None
+
+    async def complete(self, task_id: str, lease_id: str, result: TaskResult) -> TaskAck:
+        return await self._source.complete(task_id, lease_id, result)
+
+    async def fail(self, task_id: str, lease_id: str, failure: TaskFailure) -> TaskAck:
+        return await self._source.fail(task_id, lease_id, failure)
 
 
 async def claim_and_execute(
@@ -195,7 +150,9 @@ async def claim_and_execute(
     """Claim up to ``limit`` runs and execute them one after another; returns how many ran.
 
     With ``execute`` (the ADR-0071 form) every claimed kind runs through it; otherwise each
-    run dispatches through ``registry`` (default: the built-in adapters).
+    run dispatches through ``registry`` (default: the built-in adapters). A completed run's
+    summary (session key ``<task-id>:<attempt>``) is written before its completion is
+    acknowledged (ADR-0037 D4).
     """
     registry = registry if registry is not None else build_registry()
     if execute is not None:
@@ -211,33 +168,37 @@ async def claim_and_execute(
         lease_ttl=lease_ttl,
         heartbeat_ttl=heartbeat_ttl,
     )
-    leases = await claim_runs(db, spec, limit=limit, now=now)
-    if not leases:
+    store = db if now is None else cast(StateDB, _AtTime(db, now))
+    source = LocalTaskSource(store, spec, retry_policy=retry_policy)
+    tasks = await source.claim_many(limit)
+    if not tasks:
         return 0
-    max_attempts = await get_max_attempts(db)
-    policy = retry_policy or RetryPolicy()
-    tokens: dict[str, CancellationToken] = {}
-    watcher = asyncio.create_task(watch_cancellations(db, lambda: tokens))
+    claimed = _Claimed(source, tasks)
+    host = ResidentEngineHost(
+        source=claimed,
+        summaries=LocalSummaryStore(store),
+        max_concurrent_tasks=1,
+        session_factory=TaskSession,
+        run_task=AdapterRunner(registry, source),
+        clock=(lambda: datetime.now(UTC))
+        if now is None
+        else (lambda: datetime.fromtimestamp(now, UTC)),
+        on_event=_log_end,
+    )
+    claimed.host = host
+    watcher = asyncio.create_task(watch_cancellations(db, lambda: source.tokens))
     try:
-        for lease in leases:
-            tokens[lease.task_id] = token = CancellationToken()
-            status = await run_lease(
-                db,
-                spec,
-                lease,
-                registry,
-                token=token,
-                max_attempts=max_attempts,
-                policy=policy,
-                now=now,
-            )
-            tokens.pop(lease.task_id, None)
-            log.info("task %s attempt %d -> %s", lease.task_id, lease.attempt, status)
+        await host.serve()
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
-    return len(leases)
+    return len(tasks)
+
+
+def _log_end(kind: str, task: Task, data: dict[str, Any]) -> None:
+    if kind == "end":
+        log.info("task %s attempt %d -> %s", task.id, task.attempt, data.get("outcome"))
 
 
 async def worker_tick(

@@ -101,7 +101,9 @@ async def test_claim_and_execute_never_completes_a_run_whose_summary_cannot_be_w
     row = await taskward.get_task(db, task_id)
     assert row["status"] == "retry_wait"
     assert "summary_failed" in row["error_detail"]
-    assert await facts(db, task_id) == [("running", "claimed"), ("retry_wait", "retryable_failure")]
+    # The resident host's classification (the one outcome table): a retry for want of a summary
+    # says so in its reason (ADR-0037 D5 ``summary_failed``).
+    assert await facts(db, task_id) == [("running", "claimed"), ("retry_wait", "summary_failed")]
 
 
 # -- (b) a lowered ceiling: stranded rows are ended by the reapers ---------------------------

@@ -585,9 +585,9 @@ async def test_paging_reaches_eligible_rows_behind_an_ineligible_prefix(
             db, task_id, actor=Actor(type="operator", id="t"), idempotency_key="c"
         )
     late = await submit(db, now=T0 + 300)
-    monkeypatch.setattr("taskward.claims.CLAIM_SCAN_CAP", 50)
+    monkeypatch.setattr("taskward.claims.pages.CLAIM_SCAN_CAP", 50)
     assert await claim_runs(db, spec(), now=T0 + 400) == []
-    monkeypatch.setattr("taskward.claims.CLAIM_SCAN_CAP", 5000)
+    monkeypatch.setattr("taskward.claims.pages.CLAIM_SCAN_CAP", 5000)
     assert [lease.task_id for lease in await claim_runs(db, spec(), now=T0 + 400)] == [late]
 
 

@@ -21,8 +21,8 @@ the block authoritative across machines (R7).
 
 Imports point one way: ``passes`` -> ``pages`` -> ``spec``. Every name ``taskward.claims`` had
 as one module is still importable here, the private ``_page_params`` and ``_claim_parts`` too
-(tests name them); ``CLAIM_SCAN_CAP`` is read from here at each scan, so setting it here bounds
-the scan (``pages._scan_cap``).
+(tests name them). The constants live with the code that reads them (a test that bounds the
+scan sets ``pages.CLAIM_SCAN_CAP``).
 """
 
 from taskward.claims.pages import (

@@ -18,15 +18,6 @@ CLAIM_SCAN_CAP: Final = 5000
 Cursor = tuple[float | None, str | None]
 
 
-def _scan_cap() -> int:
-    """``CLAIM_SCAN_CAP`` as the package publishes it (``taskward.claims.CLAIM_SCAN_CAP``), read
-    once per scan: the name callers know, so a caller that sets it there bounds the scan (as
-    tests/integration/test_worker.py does), as before the package was split."""
-    from taskward import claims  # the package: imported before any scan can run
-
-    return int(claims.CLAIM_SCAN_CAP)
-
-
 async def find_candidates(
     db: StateDB | Tx, spec: WorkerSpec, *, limit: int, max_attempts: int
 ) -> list[Row]:
@@ -49,12 +40,11 @@ async def _find(
     (``_page_params`` with ``_first_page_size``)."""
     candidates: list[Row] = []
     scanned = 0
-    scan_cap = _scan_cap()
     cursor = after
     more = True
     page_size = _first_page_size(spec, limit)
-    while scanned < scan_cap and len(candidates) < limit:
-        page_size = min(page_size, scan_cap - scanned)
+    while scanned < CLAIM_SCAN_CAP and len(candidates) < limit:
+        page_size = min(page_size, CLAIM_SCAN_CAP - scanned)
         if first_page is not None:
             page, first_page = first_page, None
         else:
