@@ -266,7 +266,7 @@ def test_checked_task_refuses_what_task_refuses(change: dict[str, Any]) -> None:
 
 def test_a_task_results_payload_and_digest_are_the_models() -> None:
     from taskward.canonical import canonical_json
-    from taskward.host.source import _result_payload
+    from taskward.host.acks import result_payload as _result_payload
 
     result = TaskResult(run_id='r-"é"\u2028:1', status="completed", summary_ref="r:1\n")
     payload, digest = _result_payload(result)

@@ -14,34 +14,30 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
-from taskward.canonical import canonical_json, json_string
-from taskward.claims import (
-    CLAIM_CAP,
-    Claimed,
-    Lease,
-    WorkerSpec,
-    claim_pass,
-    claim_rows,
-    pass_calls,
-    pass_claimed,
-)
+from taskward.canonical import canonical_json
+from taskward.claims import Claimed, Lease, WorkerSpec, claim_rows
 from taskward.errors import StoreError, StoreUnavailable, TransitionIdempotencyConflict
-from taskward.execution import (
-    Outcome,
-    Report,
-    RetryPolicy,
-    finish_build,
-    finish_run,
-    outcome_for,
-    record_stale_result,
-)
+from taskward.execution import Outcome, RetryPolicy, finish_build, finish_run
 from taskward.groupcommit import GroupCommit
+from taskward.host.acks import (
+    MISSING_HOLDER,
+    STALE,
+    ClaimedRun,
+    answer,
+    evidence,
+    host_outcome,
+    keep_stale,
+    parse_lease_id,
+    presented_lease,
+    recorded,
+    result_payload,
+    system_actor,
+)
 from taskward.host.models import (
     SessionSummary,
     Task,
@@ -50,14 +46,13 @@ from taskward.host.models import (
     TaskResult,
     checked_task,
 )
+from taskward.host.onestep import Finish, Finished, finish_together
 from taskward.host.ports import SummaryNotWritten, SummaryStore
 from taskward.host.summaries import LocalSummaryStore
-from taskward.models import Actor, TransitionResult
+from taskward.models import TransitionResult
 from taskward.registry import CancellationToken, TaskExecutionResult
 from taskward.settings import get_max_attempts
-from taskward.store.port import Row, StateDB, Tx
-from taskward.transitions import Built
-from taskward.transitions.finish import together
+from taskward.store.port import Row, StateDB
 
 log = logging.getLogger("taskward.host.source")
 
@@ -68,47 +63,6 @@ ACK_CACHE_SIZE: Final = 1024
 
 def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
-
-
-@dataclass
-class ClaimedRun:
-    """What the source remembers about a task it leased (the side channel)."""
-
-    row: Row
-    lease: Lease
-    token: CancellationToken = field(default_factory=CancellationToken)
-    result: TaskExecutionResult | None = None
-
-
-@dataclass
-class _Finish:
-    """One task's summary, completion and next claim, for ``complete_with_summary``."""
-
-    summary: dict[str, Any]
-    build: Callable[[float], Built]
-    claim_next: Callable[[], int]
-
-
-@dataclass
-class _Finished:
-    """What the one step did: the completion's transition (or, on the two-step path, its
-    acknowledgement already settled) and the runs leased for the freed slot."""
-
-    claimed: list[Claimed]
-    transition: TransitionResult | None = None
-    ack: TaskAck | None = None
-
-
-class _SummaryExists(Exception):
-    """A batch of one-step finishes wrote fewer summaries than it has finishes: the batch rolls
-    back and each finish takes the two-step path, which judges the row already there."""
-
-
-def _parse_lease_id(value: str) -> tuple[str, int] | None:
-    holder, sep, attempt = value.rpartition("/")
-    if not sep or not holder or not attempt.isdigit():
-        return None
-    return holder, int(attempt)
 
 
 class LocalTaskSource:
@@ -259,26 +213,26 @@ class LocalTaskSource:
         digest = canonical_json(payload)
         cached = self._acks.get((task_id, lease_id))
         if cached is not None:  # exact replay: same answer, no repeated effects
-            return cached[1] if cached[0] == digest else _STALE
-        parsed = _parse_lease_id(lease_id)
+            return cached[1] if cached[0] == digest else STALE
+        parsed = parse_lease_id(lease_id)
         claim = self._claims.get(task_id)
         ours = claim is not None and claim.lease.lease_id == lease_id
         needs_row = not ours or (failure is not None and failure.code == "cancelled")
         row = await self.db.fetchone("run_get", {"id": task_id}) if needs_row else None
         if not ours and (row is None or (row["lease_attempts"] == 0 and row["leased_by"] is None)):
-            return TaskAck(applied=False, rejection="missing_holder")
+            return MISSING_HOLDER
         if parsed is None:
-            return _STALE
+            return STALE
         holder, attempt = parsed
         if row is None:
             assert claim is not None
             row = claim.row  # this source's own lease: the guard below judges ownership (R4)
-        lease = self._lease(row, holder, attempt, claim)
+        lease = presented_lease(row, holder, attempt, claim)
         # The ceiling only matters for a failure (retry or dead-letter); read it then (R6).
         max_attempts = await get_max_attempts(self.db) if failure is not None else 0
         execution = claim.result if claim is not None and ours else None
-        outcome, resolved = self._recorded(
-            lambda now: self._outcome(
+        outcome, resolved = recorded(
+            lambda now: host_outcome(
                 row,
                 lease,
                 execution,
@@ -286,6 +240,7 @@ class LocalTaskSource:
                 failure,
                 max_attempts=max_attempts,
                 now=now,
+                policy=self.policy,
             )
         )
         try:
@@ -293,40 +248,17 @@ class LocalTaskSource:
                 self.db,
                 lease,
                 outcome,
-                actor=_system_actor(holder),
-                evidence_refs=self._evidence(execution, completed),
+                actor=system_actor(holder),
+                evidence_refs=evidence(execution, completed),
                 key_suffix="ack",
                 group=None if alone else self._group,
             )
         except TransitionIdempotencyConflict:
             self._forget(task_id, lease_id)
-            return _STALE
+            return STALE
         if not transition.applied:
-            await _keep_stale(self.db, lease, transition, execution, completed, failure)
+            await keep_stale(self.db, lease, transition, execution, completed, failure)
         return self._settle(task_id, lease_id, digest, transition, resolved)
-
-    @staticmethod
-    def _recorded(
-        outcome_at: Callable[[float], Outcome],
-    ) -> tuple[Callable[[float], Outcome], list[Outcome]]:
-        """``outcome_at`` (a function of the operation's time), and where its result is kept
-        once resolved (the acknowledgement reports a reached ceiling)."""
-        resolved: list[Outcome] = []
-
-        def outcome(now: float) -> Outcome:
-            resolved.append(outcome_at(now))
-            return resolved[-1]
-
-        return outcome, resolved
-
-    @staticmethod
-    def _evidence(
-        execution: TaskExecutionResult | None, completed: TaskResult | None
-    ) -> list[dict[str, Any]]:
-        evidence = list(execution.evidence_refs) if execution else []
-        if completed is not None:
-            evidence.append({"kind": "summary", "session_key": completed.summary_ref})
-        return evidence
 
     def _settle(
         self,
@@ -337,16 +269,12 @@ class LocalTaskSource:
         resolved: list[Outcome],
     ) -> TaskAck:
         """The acknowledgement for a committed (or refused) terminal transition."""
+        ack = answer(transition, resolved)
         if not transition.applied:
             # The row moved on (reclaimed, reaped, cancelled): this lease can never be
             # acknowledged again, so the side channel need not remember it.
             self._forget(task_id, lease_id)
-            return _STALE
-        ack = (
-            _APPLIED_AT_CEILING
-            if resolved and resolved[-1].reason_code == "attempt_ceiling"
-            else _APPLIED
-        )
+            return ack
         self._acks[(task_id, lease_id)] = (digest, ack)
         while len(self._acks) > ACK_CACHE_SIZE:
             self._acks.popitem(last=False)
@@ -384,11 +312,11 @@ class LocalTaskSource:
         """
         if self._summaries is None:
             raise RuntimeError("this LocalTaskSource was built without a summary store")
-        _, digest = _result_payload(result)
+        _, digest = result_payload(result)
         claim = self._claims.get(task_id)
-        parsed = _parse_lease_id(lease_id)
+        parsed = parse_lease_id(lease_id)
 
-        async def two_steps() -> _Finished:
+        async def two_steps() -> Finished:
             return await self._finish_in_steps(task_id, lease_id, result, summary, claim_next)
 
         if (
@@ -399,32 +327,39 @@ class LocalTaskSource:
         ):
             finished = await two_steps()
             return await self._finished(finished, task_id, lease_id, digest, [])
-        outcome, resolved = self._recorded(
-            lambda now: self._outcome(
-                claim.row, claim.lease, claim.result, result, None, max_attempts=0, now=now
+        outcome, resolved = recorded(
+            lambda now: host_outcome(
+                claim.row,
+                claim.lease,
+                claim.result,
+                result,
+                None,
+                max_attempts=0,
+                now=now,
+                policy=self.policy,
             )
         )
-        item = _Finish(
+        item = Finish(
             summary=self._summaries.params(result.summary_ref, summary),
             build=finish_build(
                 claim.lease,
                 outcome,
-                actor=_system_actor(parsed[0]),
-                evidence_refs=self._evidence(claim.result, result),
+                actor=system_actor(parsed[0]),
+                evidence_refs=evidence(claim.result, result),
                 key_suffix="ack",
             ),
             claim_next=claim_next,
         )
         finished = await self._group.run_many(
-            "host_finish", item, self._finish_together, fallback=two_steps
+            "host_finish", item, partial(finish_together, spec=self.spec), fallback=two_steps
         )
         if finished.transition is not None and not finished.transition.applied:
-            await _keep_stale(self.db, claim.lease, finished.transition, claim.result, result, None)
+            await keep_stale(self.db, claim.lease, finished.transition, claim.result, result, None)
         return await self._finished(finished, task_id, lease_id, digest, resolved)
 
     async def _finished(
         self,
-        finished: _Finished,
+        finished: Finished,
         task_id: str,
         lease_id: str,
         digest: str,
@@ -437,56 +372,6 @@ class LocalTaskSource:
             ack = self._settle(task_id, lease_id, digest, finished.transition, resolved)
         return ack, await self._register_all(finished.claimed)
 
-    async def _finish_together(self, tx: Tx, items: list[_Finish]) -> list[_Finished]:
-        """GroupCommit's combine for ``complete_with_summary``: every summary (one multi-row
-        insert), then every completion (one set-based compare-and-swap), then claim passes of
-        at most 20 for the slots those completions freed; in one round trip where the store
-        runs the three as statements (``transitions.finish.together``), and a pass it did not
-        finish (or did not run) continues as the paged pass.
-
-        A session that already has a summary row (pending, or complete: a replay or a conflict)
-        fails the insert (``summary_insert_many``), which rolls the batch back: each finish
-        then takes the two-step path, which judges that row as ``summary_write`` does."""
-        summaries = ("summary_insert_many", [item.summary for item in items])
-        # Asked before the completions are written, as one decision for the whole step (D3).
-        wanted = [max(0, item.claim_next()) for item in items]
-        passes = pass_calls(self.spec, sum(wanted), tx.now)
-        [count], transitions, answers = await together(
-            tx,
-            [summaries],
-            [item.build for item in items],
-            [(call.template, call.params, call.limit) for call in passes],
-        )
-        if count != len(items):
-            raise _SummaryExists
-        claimed: list[Claimed] = []
-        more = not passes
-        for call, batch in zip(passes, answers, strict=True):
-            if batch is None:  # not run with the step: the paged passes claim
-                more = True
-                continue
-            got, left = pass_claimed(self.spec, tx.now, call, batch)
-            claimed += got
-            more = more or (left and len(got) < call.limit)
-        claimed = await self._claim_passes(tx, sum(wanted), claimed, more=more)
-        finished = []
-        for transition, count in zip(transitions, wanted, strict=True):
-            finished.append(_Finished(claimed=claimed[:count], transition=transition))
-            del claimed[:count]
-        return finished
-
-    async def _claim_passes(
-        self, tx: Tx, wanted: int, claimed: list[Claimed], *, more: bool
-    ) -> list[Claimed]:
-        """Claim passes of at most 20 until ``wanted`` leases are held or the queue has no more
-        for this worker (a pass came back short); ``more`` False: it already said so."""
-        while more and len(claimed) < wanted:
-            ask = min(CLAIM_CAP, wanted - len(claimed))
-            got = await claim_pass(tx, self.spec, ask)
-            claimed += got
-            more = len(got) == ask
-        return claimed
-
     async def _finish_in_steps(
         self,
         task_id: str,
@@ -494,7 +379,7 @@ class LocalTaskSource:
         result: TaskResult,
         summary: SessionSummary,
         claim_next: Callable[[], int],
-    ) -> _Finished:
+    ) -> Finished:
         """The two-step path, each step in a transaction of its own (never the group's)."""
         assert self._summaries is not None
         try:
@@ -508,114 +393,12 @@ class LocalTaskSource:
         )
         count = claim_next()
         claimed = await claim_rows(self.db, self.spec, limit=count) if count > 0 else []
-        return _Finished(claimed=claimed, ack=ack)
+        return Finished(claimed=claimed, ack=ack)
 
     def _forget(self, task_id: str, lease_id: str) -> None:
         claim = self._claims.get(task_id)
         if claim is not None and claim.lease.lease_id == lease_id:
             del self._claims[task_id]
-
-    @staticmethod
-    def _lease(row: Row, holder: str, attempt: int, claim: ClaimedRun | None) -> Lease:
-        if claim is not None and claim.lease.leased_by == holder and claim.lease.attempt == attempt:
-            return claim.lease
-        # Judged by database state (R4): the presented lease is guarded against the row.
-        expires = (
-            row["lease_expires_at"]
-            if (row["leased_by"], row["lease_attempts"]) == (holder, attempt)
-            else -1.0
-        )
-        return Lease(
-            task_id=row["id"],
-            leased_by=holder,
-            attempt=attempt,
-            lease_expires_at=expires if expires is not None else -1.0,
-            deadline_at=row["deadline_at"] or 0.0,
-            claimed_at=0.0,
-            action_kind=row["action_kind"],
-        )
-
-    def _outcome(
-        self,
-        row: Row,
-        lease: Lease,
-        execution: TaskExecutionResult | None,
-        completed: TaskResult | None,
-        failure: TaskFailure | None,
-        *,
-        max_attempts: int,
-        now: float,
-    ) -> Outcome:
-        """The host's acknowledgement through the one outcome table (``execution.outcome_for``):
-        a completion is the adapter's own completed result when it ran, a failure the host's
-        code over what the adapter reported."""
-        if completed is not None:
-            ran = execution is not None and execution.status == "completed"
-            report = Report.of(execution) if ran and execution else Report("completed", exit_code=0)
-        else:
-            assert failure is not None
-            report = Report.of_failure(failure.code, failure.detail, failure.retryable, execution)
-        return outcome_for(
-            report,
-            lease,
-            max_attempts=max_attempts,
-            cancel_requested=row["cancel_requested_at"] is not None,
-            now=now,
-            policy=self.policy,
-        )
-
-
-# Acknowledgements are frozen models: the few possible answers are built once.
-_APPLIED: Final = TaskAck(applied=True)
-_APPLIED_AT_CEILING: Final = TaskAck(applied=True, rejection="attempt_ceiling")
-_STALE: Final = TaskAck(applied=False, rejection="stale_lease")
-
-
-async def _keep_stale(
-    db: StateDB,
-    lease: Lease,
-    transition: TransitionResult,
-    execution: TaskExecutionResult | None,
-    completed: TaskResult | None,
-    failure: TaskFailure | None,
-) -> None:
-    """ADR-0072 D4: "If the terminal guard loses, the adapter result is retained only as
-    diagnostic evidence" -- a ``stale_result`` event (never a fact, never a status). The
-    adapter's own result where this worker ran it, else what the host acknowledged."""
-    if execution is None:
-        execution = (
-            TaskExecutionResult(status="completed", exit_code=0)
-            if completed is not None
-            else TaskExecutionResult(
-                status="timed_out"
-                if failure is not None and failure.code == "deadline"
-                else "failed",
-                error_detail=f"{failure.code}: {failure.detail}" if failure else None,
-            )
-        )
-    try:
-        await record_stale_result(db, lease, execution, transition.current_state)
-    except StoreError as exc:  # diagnostic only: the acknowledgement's answer stands
-        log.warning("task %s: stale result of %s not kept: %s", lease.task_id, lease.lease_id, exc)
-
-
-@lru_cache(maxsize=64)
-def _system_actor(holder: str) -> Actor:
-    """The lease holder as the actor of its acknowledgements (a frozen model: one per holder)."""
-    return Actor(type="system", id=holder)
-
-
-def _result_payload(result: TaskResult) -> tuple[dict[str, Any], str]:
-    """``result.model_dump(mode="json")`` and its canonical JSON (the acknowledgement's replay
-    digest); a TaskResult's three strings are spliced (a unit test holds them equal)."""
-    if type(result) is not TaskResult:
-        payload = result.model_dump(mode="json")
-        return payload, canonical_json(payload)
-    payload = {"run_id": result.run_id, "status": result.status, "summary_ref": result.summary_ref}
-    return payload, (
-        f'{{"run_id":{json_string(result.run_id)},"status":{json_string(result.status)},'
-        f'"summary_ref":{json_string(result.summary_ref)}}}'
-    )
 
 
 __all__ = ["ClaimedRun", "LocalTaskSource"]
