@@ -24,14 +24,13 @@ from psycopg_pool import ConnectionPool
 from taskward.errors import StoreError, StoreUnavailable
 from taskward.store.migrate import MIGRATIONS_TABLE
 from taskward.store.port import Params, Row
-from taskward.store.postgres.db import (
+from taskward.store.postgres.connection import (
     DEFAULT_RECONNECT_TIMEOUT_S,
     configure_adapters,
-    one_line,
     pool_settings,
     statement,
-    translate,
 )
+from taskward.store.postgres.errors import one_line, translate
 
 SyncConn = psycopg.Connection[dict[str, Any]]
 SyncCursor = psycopg.Cursor[dict[str, Any]]

@@ -19,14 +19,14 @@ from contextlib import contextmanager
 from taskward.errors import StoreError, StoreUnavailable
 from taskward.store.migrate import MIGRATIONS_TABLE
 from taskward.store.port import Params, Row
-from taskward.store.sqlite.db import (
+from taskward.store.sqlite.connection import (
     connect_private,
     row_count,
     row_factory,
     set_pragmas,
     statement,
-    translate_error,
 )
+from taskward.store.sqlite.errors import translate_error
 
 
 class SQLiteSyncDB:
