@@ -43,7 +43,7 @@ def test_positional_numbers_binds_with_now_first_and_skips_comments() -> None:
 @pytest.mark.parametrize("name", sorted(load_queries("sqlite")))
 def test_every_sqlite_statement_reads_the_same_by_position(name: str) -> None:
     """Put each ``?N`` back as the N-th name: the statement is its named self, comments aside
-    (SQLite's set-based writes bind by position, store.sqlite.db)."""
+    (SQLite's set-based writes bind by position, store.sqlite.positional)."""
     text, names = to_positional(load_queries("sqlite")[name])
     named = re.sub(r"\?(\d+)", lambda m: ":" + names[int(m.group(1)) - 1], text)
     code = "\n".join(

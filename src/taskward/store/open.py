@@ -13,7 +13,7 @@ URLs:
       one reconnection attempt of the pool; another follows at once), ``migrate=false``; the
       rest go to libpq, which must accept them (checked before connecting). Opening waits up
       to ``open_timeout_s`` for a server that is away, but a refusal no waiting fixes (no such
-      database or role, bad credentials: ``postgres.db.PERMANENT_REFUSALS``) is a
+      database or role, bad credentials: ``postgres.errors.PERMANENT_REFUSALS``) is a
       ``StoreError`` at once.
 The URL comes from the caller, else ``TASKWARD_DATABASE_URL``, else the default.
 """
