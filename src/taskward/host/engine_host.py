@@ -1,22 +1,16 @@
-"""ResidentEngineHost (ADR-0037 D3-D5): many tasks at once, each in its own session, with the
-summary written before completion.
+"""ResidentEngineHost (ADR-0037 D3-D5): the serve loop and its slots — claiming, idle waits and
+their wake-ups, shutdown and drain. What one job does with its task (the precheck, the run under
+the watchdog, the summary before the completion, the one-step finish, the failure report) is
+``host/job.py``'s ``HostJobs``, this class's base; its names are re-exported here.
 
 Rules enforced here:
 - never more than ``max_concurrent_tasks`` leases held, and no prefetch (D3): a claim is made
-  only for a free slot (a source with ``claim_many(n)`` is asked for at most the free slots);
-- ``session_factory`` is called exactly once per valid task; nothing mutable is shared (D3);
-- ``cwd`` must exist and be a directory; the host never calls ``os.chdir`` (D3);
-- a reached deadline fails with ``deadline`` before a session exists; a lease that cannot cover
-  the deadline is ``invalid_task``; a watchdog cancels the run at the deadline (D3, D5);
-- success: facts, best-effort narrative, ``SummaryStore.write``, then ``complete`` (D4); a
-  source that ``FinishesInOneStep`` into this host's summary store does both in one atomic step,
-  summary first, and may lease the next task for the slot that step frees (D3: a lease only for
-  a free slot, never more than ``max_concurrent_tasks``), which the same job then runs;
-- failure: best-effort ``mark_pending`` then ``fail``; errors of both are kept and logged (D4);
-- a host shutdown reports a retryable failure, never a cancelled task (R10);
-- a store that is away (``StoreUnavailable``) fails no task: claims back off and retry, and a
-  summary or acknowledgement is retried until the store answers (it is idempotent: the
-  acknowledgement is judged by the lease, R4);
+  only for a free slot (a source with ``claim_many(n)`` is asked for at most the free slots),
+  and a finishing step leases at most one task for the slot it frees, none once claiming
+  stopped (``_may_claim_next``), which the same job then runs (``_job``);
+- a store that is away (``StoreUnavailable``) fails no task: claims back off and retry;
+- a host shutdown (``serve`` cancelled) stops claiming and cancels the jobs still running their
+  task, never one acknowledging it (``HostJobs._settling``); each reports a retryable failure;
 - ``should_stop_claiming`` stops new claims without cancelling active tasks; ``drain()``
   returns once every active job's acknowledgement path has settled (D3, D5).
 """
@@ -24,44 +18,32 @@ Rules enforced here:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-import time
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from taskward.host.models import (
-    SessionSummary,
-    Task,
-    TaskAck,
-    TaskFailure,
-    TaskResult,
-    manifest_ref,
-    summary_facts,
+from taskward.host.job import _FAILURE_CODES as _FAILURE_CODES  # importable here, as before
+from taskward.host.job import (
+    CWD_CHECK_CACHE,
+    CWD_CHECK_TTL_S,
+    HostJobs,
+    HostStats,
+    RunTask,
+    Summarize,
+    manifest_ref_for,
+    session_key_for,
 )
-from taskward.host.ports import (
-    FinishesInOneStep,
-    SummaryNotWritten,
-    SummaryStore,
-    TaskRunFailure,
-    TaskSource,
-)
+from taskward.host.models import Task
+from taskward.host.ports import SummaryStore, TaskSource
 from taskward.loops import raise_if_cancelling
-from taskward.store.retry import STORE_BACKOFF, Streak, retry_while_unavailable
+from taskward.store.retry import STORE_BACKOFF, Streak
 
-log = logging.getLogger("taskward.host")
-
-RunTask = Callable[[Task, Any], Awaitable[dict[str, Any]]]
-Summarize = Callable[[Task, Any, dict[str, Any]], Awaitable[str | None]]
+log = logging.getLogger("taskward.host")  # the host's logger, shared with ``job``
 
 DEFAULT_IDLE_WAIT_S = 0.5
 SHUTDOWN_GRACE_S = 10.0
-CWD_CHECK_TTL_S = 1.0  # how long a task directory found to exist is not checked again
-CWD_CHECK_CACHE = 256  # directories remembered at once
 
 
 class _HostShutdown(Exception):
@@ -80,27 +62,10 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-def session_key_for(task: Task) -> str:
-    """The summary session key is the run id, ``<task-id>:<attempt>`` (R10, D4)."""
-    return f"{task.id}:{task.attempt}"
+class ResidentEngineHost(HostJobs):
+    """Claims only for free slots and runs each claimed task in a job of its own (what the job
+    does is ``HostJobs``); ``serve`` until claiming stops, then ``drain`` (D3, D5)."""
 
-
-def manifest_ref_for(task: Task) -> str:
-    """A reference that resolves to the run's row and its transition facts."""
-    return manifest_ref(task.id, task.attempt)
-
-
-@dataclass
-class HostStats:
-    claimed: int = 0
-    completed: int = 0
-    failed: int = 0
-    ack_rejected: int = 0
-    errors: list[str] = field(default_factory=list)
-    stop_reason: str | None = None
-
-
-class ResidentEngineHost:
     def __init__(
         self,
         *,
@@ -129,10 +94,8 @@ class ResidentEngineHost:
         self.idle_wait_s = idle_wait_s
         self.clock = clock
         self.on_event = on_event
-        self.stats = HostStats()
+        super().__init__()  # the jobs' own state: ``stats``, the settling jobs, the cwd cache
         self._active: dict[asyncio.Task[None], Task] = {}
-        # Jobs acknowledging their task (``_settling``): a shutdown never cancels them
-        self._settling_jobs: set[asyncio.Task[Any]] = set()
         self._serving: asyncio.Task[Any] | None = None  # the task running ``serve``
         self._stopping = False
         # What the serve loop awaits while it waits (``_idle``, ``_wait_for_slot``), resolved by
@@ -144,27 +107,8 @@ class ResidentEngineHost:
         self._claims_settled.set()
         self._shutdown = False
         self._claim_streak = Streak(STORE_BACKOFF, what="claim", logger=None)
-        self._one_step_judged: tuple[TaskSource, SummaryStore, bool] | None = None
-        # cwd -> monotonic time until which it is known to be a directory (``_cwd_exists``)
-        self._cwd_seen: dict[Path, float] = {}
 
     # -- public ----------------------------------------------------------------------------
-
-    @property
-    def finishes_in_one_step(self) -> bool:
-        """Whether a successful task's summary, completion and next lease are one step of the
-        source (``FinishesInOneStep``) rather than ``write``, ``complete`` and a claim."""
-        return self._one_step() is not None
-
-    def _one_step(self) -> FinishesInOneStep | None:
-        """The source, when it writes into this host's summary store (judged again whenever
-        ``source`` or ``summaries`` is replaced, so each finish takes the path that fits)."""
-        source, summaries = self.source, self.summaries
-        cached = self._one_step_judged
-        if cached is None or cached[0] is not source or cached[1] is not summaries:
-            fits = isinstance(source, FinishesInOneStep) and source.writes_summaries_to(summaries)
-            cached = self._one_step_judged = (source, summaries, fits)
-        return source if cached[2] else None  # type: ignore[return-value]
 
     @property
     def active_count(self) -> int:
@@ -312,6 +256,8 @@ class ResidentEngineHost:
         finally:
             self._serve_wake = None
 
+    # -- slots: one job per claimed task ---------------------------------------------------
+
     def _start(self, task: Task) -> None:
         job = asyncio.ensure_future(self._job(task))
         self._active[job] = task
@@ -323,62 +269,6 @@ class ResidentEngineHost:
             self._wake_serve()
         if not job.cancelled() and job.exception() is not None:
             self._keep_error(f"host job crashed: {job.exception()!r}")
-
-    # -- one task --------------------------------------------------------------------------
-
-    def _emit(self, kind: str, task: Task, **data: Any) -> None:
-        if self.on_event is not None:
-            with contextlib.suppress(Exception):
-                self.on_event(kind, task, data)
-
-    def _keep_error(self, message: str) -> None:
-        self.stats.errors.append(message)
-        del self.stats.errors[:-100]
-        log.error(message)
-
-    def _precheck(self, task: Task) -> TaskFailure | None:
-        now = self.clock()
-        if task.lease_expires_at <= now:
-            return TaskFailure(
-                code="invalid_task",
-                retryable=True,
-                detail="lease already expired when the host received it",
-            )
-        if task.deadline > task.lease_expires_at:
-            return TaskFailure(
-                code="invalid_task",
-                retryable=False,
-                detail="lease cannot cover the task's deadline",
-            )
-        if now >= task.deadline:
-            return TaskFailure(
-                code="deadline", retryable=True, detail="deadline reached before the task started"
-            )
-        if not self._cwd_exists(task.cwd):
-            return TaskFailure(
-                code="invalid_task",
-                retryable=False,
-                detail=f"cwd {str(task.cwd)!r} is not an existing directory",
-            )
-        return None
-
-    def _cwd_exists(self, cwd: Path, *, now: float | None = None) -> bool:
-        """``cwd.is_dir()`` (False for a missing path too: one stat, not two), a positive
-        answer remembered for CWD_CHECK_TTL_S: the tasks of a host mostly share one directory,
-        and a stat per task showed in a no-op task's time (measured:
-        docs/benchmarks.md#figures-that-justified-design-choices). A directory removed meanwhile is
-        noticed at most that much later, by the task's own first use of it otherwise. ``now``:
-        a ``time.monotonic()`` reading (tests inject it)."""
-        now = time.monotonic() if now is None else now
-        if self._cwd_seen.get(cwd, 0.0) > now:
-            return True
-        if not cwd.is_dir():
-            self._cwd_seen.pop(cwd, None)
-            return False
-        if len(self._cwd_seen) >= CWD_CHECK_CACHE:
-            self._cwd_seen.clear()
-        self._cwd_seen[cwd] = now + CWD_CHECK_TTL_S
-        return True
 
     async def _job(self, task: Task) -> None:
         """Run ``task``; then, while its finish leased the next task for this slot, run that."""
@@ -394,229 +284,21 @@ class ResidentEngineHost:
         host stopped claiming meanwhile (D3)."""
         return 0 if self._stopping else 1
 
-    async def _run_one(self, task: Task) -> Task | None:
-        key = session_key_for(task)
-        started = self.clock()
-        started_mono = time.monotonic()
-        self._emit("start", task)
-        failure = self._precheck(task)
-        if failure is not None:
-            await self._report_failure(task, key, failure)
-            return None
-        try:
-            session = self.session_factory()
-        except Exception as exc:
-            await self._report_failure(
-                task,
-                key,
-                TaskFailure(
-                    code="flow_failed", retryable=True, detail=f"session setup failed: {exc!r}"
-                ),
-            )
-            return None
-        budget = (task.deadline - self.clock()).total_seconds()
-        watchdog = asyncio.timeout(budget)
-        try:
-            async with watchdog:
-                output = await self.run_task(task, session)
-        except TimeoutError as exc:
-            # Only the watchdog's own expiry is a deadline; a TimeoutError the flow raised
-            # before the deadline is a flow failure (D4 classification, D5 watchdog).
-            failure = (
-                TaskFailure(code="deadline", retryable=True, detail="watchdog: deadline reached")
-                if watchdog.expired()
-                else TaskFailure(code="flow_failed", retryable=True, detail=f"TimeoutError: {exc}")
-            )
-            await self._report_failure(task, key, failure)
-            return None
-        except TaskRunFailure as exc:
-            code = exc.code if exc.code in _FAILURE_CODES else "flow_failed"
-            await self._report_failure(
-                task, key, TaskFailure(code=code, retryable=exc.retryable, detail=exc.detail)
-            )
-            return None
-        except asyncio.CancelledError:
-            # R10: a host shutdown is a retryable failure, never a cancelled task.
-            await asyncio.shield(
-                self._report_failure(
-                    task, key, TaskFailure(code="cancelled", retryable=True, detail="host shutdown")
-                )
-            )
-            raise
-        except Exception as exc:
-            await self._report_failure(
-                task,
-                key,
-                TaskFailure(
-                    code="flow_failed", retryable=True, detail=f"{type(exc).__name__}: {exc}"
-                ),
-            )
-            return None
-        return await self._complete(task, key, session, output, started, started_mono)
-
-    async def _complete(
-        self,
-        task: Task,
-        key: str,
-        session: Any,
-        output: dict[str, Any],
-        started: datetime,
-        started_mono: float,
-    ) -> Task | None:
-        """D4 success: summary, then completion. Returns the task the finish leased for this
-        slot, if any (one-step sources only)."""
-        try:
-            summary = await self._summary(task, key, session, output, started, started_mono)
-            one_step = self._one_step()
-            if one_step is not None:
-                return await self._finish_in_one_step(one_step, task, key, summary)
-            await retry_while_unavailable(
-                lambda: self.summaries.write(key, summary), what=f"task {task.id}: summary"
-            )
-        except Exception as exc:  # the summary was not written: never complete (D4)
-            cause = exc.__cause__ if isinstance(exc, SummaryNotWritten) else exc
-            await self._report_failure(
-                task,
-                key,
-                TaskFailure(
-                    code="summary_failed", retryable=True, detail=f"summary not written: {cause!r}"
-                ),
-            )
-            return None
-        try:
-            with self._settling():
-                ack = await retry_while_unavailable(
-                    lambda: self.source.complete(
-                        task.id,
-                        task.lease_id,
-                        TaskResult(run_id=key, status="completed", summary_ref=key),
-                    ),
-                    what=f"task {task.id}: complete",
-                )
-        except Exception as exc:
-            self._keep_error(f"task {task.id}: complete failed: {exc!r}")
-            return None
-        self._note_ack(task, ack, "completed")
-        return None
-
-    async def _summary(
-        self,
-        task: Task,
-        key: str,
-        session: Any,
-        output: dict[str, Any],
-        started: datetime,
-        started_mono: float,
-    ) -> SessionSummary:
-        """The host-authored facts, the best-effort narrative and the manifest (D4)."""
-        elapsed_ms = (time.monotonic() - started_mono) * 1000
-        facts = summary_facts(task.id, task.attempt, started, self.clock(), elapsed_ms, output)
-        narrative: str | None = None
-        if self.summarize is not None:
-            try:  # best-effort: facts and manifest are authoritative (D4)
-                narrative = await self.summarize(task, session, output)
-            except Exception as exc:
-                log.warning("task %s: narrative failed: %r", task.id, exc)
-        return SessionSummary(facts=facts, narrative=narrative, manifest_ref=manifest_ref_for(task))
-
-    @contextlib.contextmanager
-    def _settling(self) -> Iterator[None]:
-        """The current job is acknowledging its task: a shutdown lets it finish (it cancels
-        only the jobs still running tasks), so the acknowledgement is never cut in half and
-        needs no task or shield of its own."""
-        job = asyncio.current_task()
-        if job is not None:
-            self._settling_jobs.add(job)
-        try:
-            yield
-        finally:
-            if job is not None:
-                self._settling_jobs.discard(job)
-
     def _shutting_down(self) -> bool:
         """A shutdown began: ``serve`` was cancelled, even if its handler has not run yet."""
         serving = self._serving
         return self._shutdown or (serving is not None and serving.cancelling() > 0)
 
-    async def _finish_in_one_step(
-        self, one_step: FinishesInOneStep, task: Task, key: str, summary: SessionSummary
-    ) -> Task | None:
-        """Summary, completion and the next lease for this slot in one step of the source.
 
-        Never interrupted, like ``complete`` (``_settling``): the step ends as it would have. A
-        task it leased while the host began to shut down is handed back at once as a
-        host-shutdown retry (R10), so no lease is left to expire.
-        """
-        if self.should_stop_claiming():
-            self.stop_claiming("should_stop_claiming")
-        with self._settling():
-            try:
-                ack, leased = await retry_while_unavailable(
-                    lambda: one_step.complete_with_summary(
-                        task.id,
-                        task.lease_id,
-                        TaskResult(run_id=key, status="completed", summary_ref=key),
-                        summary,
-                        claim_next=self._may_claim_next,
-                    ),
-                    what=f"task {task.id}: finish",
-                )
-            except SummaryNotWritten:
-                raise
-            except Exception as exc:
-                self._keep_error(f"task {task.id}: complete failed: {exc!r}")
-                return None
-            if self._shutting_down():  # still uninterruptible while it hands leases back
-                self._note_ack(task, ack, "completed")
-                for orphan in leased:
-                    await self._report_failure(
-                        orphan,
-                        session_key_for(orphan),
-                        TaskFailure(code="cancelled", retryable=True, detail="host shutdown"),
-                    )
-                return None
-        self._note_ack(task, ack, "completed")
-        self.stats.claimed += len(leased)
-        for extra in leased[1:]:  # a misbehaving source must not make us exceed the bound (D3)
-            self._keep_error(f"source leased {len(leased)} tasks for one freed slot")
-            await self._report_failure(
-                extra,
-                session_key_for(extra),
-                TaskFailure(
-                    code="invalid_task", retryable=True, detail="leased beyond the free slots"
-                ),
-            )
-        return leased[0] if leased else None
-
-    async def _report_failure(self, task: Task, key: str, failure: TaskFailure) -> None:
-        try:
-            await self.summaries.mark_pending(key, f"{failure.code}: {failure.detail}")
-        except Exception as exc:
-            self._keep_error(f"task {task.id}: mark_pending failed: {exc!r}")
-        try:
-            ack = await retry_while_unavailable(
-                lambda: self.source.fail(task.id, task.lease_id, failure),
-                what=f"task {task.id}: fail",
-            )
-        except Exception as exc:
-            self._keep_error(f"task {task.id}: fail acknowledgement failed: {exc!r}")
-            return
-        self._note_ack(task, ack, "failed", failure=failure)
-
-    def _note_ack(
-        self, task: Task, ack: TaskAck, outcome: str, failure: TaskFailure | None = None
-    ) -> None:
-        if not ack.applied:
-            # An ownership loss, not a host success (D4 step 7).
-            self.stats.ack_rejected += 1
-            log.warning("task %s: acknowledgement rejected (%s)", task.id, ack.rejection)
-        elif outcome == "completed":
-            self.stats.completed += 1
-        else:
-            self.stats.failed += 1
-        self._emit("end", task, outcome=outcome, ack=ack, failure=failure)
-
-
-_FAILURE_CODES = frozenset(
-    {"invalid_task", "flow_failed", "cancelled", "deadline", "summary_failed", "escalation_give_up"}
-)
+__all__ = [
+    "CWD_CHECK_CACHE",
+    "CWD_CHECK_TTL_S",
+    "DEFAULT_IDLE_WAIT_S",
+    "SHUTDOWN_GRACE_S",
+    "HostStats",
+    "ResidentEngineHost",
+    "RunTask",
+    "Summarize",
+    "manifest_ref_for",
+    "session_key_for",
+]
