@@ -604,6 +604,46 @@ async def test_a_host_shutdown_is_a_retryable_failure_due_at_once(db: StateDB) -
     assert (await claim(src)).attempt == 2
 
 
+async def test_a_host_shutdown_while_the_summary_is_written_is_a_retryable_failure(
+    db: StateDB,
+) -> None:
+    """R10 during the summary (its narrative, or the two-step write): the run's output is in
+    hand but nothing is acknowledged yet, so a shutdown then hands the task back as a
+    host-shutdown retry, due at once, instead of leaving it ``running`` until its lease
+    expires (the job was cancelled outside every failure report)."""
+    task_id = await submit(db)
+    src = source(db)
+    narrating = asyncio.Event()
+
+    async def summarize(task: Task, session: Any, output: dict[str, Any]) -> str:
+        narrating.set()
+        await asyncio.Event().wait()  # a narrative that never ends
+        return ""
+
+    h = ResidentEngineHost(
+        source=src,
+        summaries=summaries_of(src, db),
+        max_concurrent_tasks=1,
+        session_factory=TaskSession,
+        run_task=_ok,
+        summarize=summarize,
+        idle_wait_s=0.02,
+    )
+    serve = asyncio.ensure_future(h.serve())
+
+    async def summarizing() -> bool:
+        return narrating.is_set()
+
+    await wait_until(summarizing, "the summary's narrative to start", serving=serve)
+    serve.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await serve
+    row = await taskward.get_task(db, task_id)
+    assert (row["status"], row["status_reason_code"]) == ("retry_wait", "host_shutdown")
+    assert row["leased_by"] is None
+    assert await statuses(db, task_id) == ["running", "retry_wait"]
+
+
 async def test_a_recorded_cancellation_acknowledged_by_the_adapter_is_cancelled(
     db: StateDB, tmp_path: Path
 ) -> None:

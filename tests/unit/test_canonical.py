@@ -202,7 +202,7 @@ _host_values = st.one_of(
 def test_the_hosts_facts_spliced_equal_the_models_canonical_json(
     values: dict[str, Any], narrative: str | None, manifest_ref: str
 ) -> None:
-    """The host's own facts (engine_host's _summary: these keys, usually these types) are
+    """The host's own facts (host.job's _summary: these keys, usually these types) are
     spliced key by key; any value of another type, or a non-finite float, takes the generic
     path. Either way the text is the model's canonical JSON, or the same error."""
     from taskward.host.summaries import HOST_FACT_KEYS

@@ -46,10 +46,6 @@ DEFAULT_IDLE_WAIT_S = 0.5
 SHUTDOWN_GRACE_S = 10.0
 
 
-class _HostShutdown(Exception):
-    pass
-
-
 def _resolve(wake: asyncio.Future[Any], _: object = None) -> None:
     if not wake.done():
         wake.set_result(None)

@@ -259,6 +259,16 @@ class HostJobs:
             await retry_while_unavailable(
                 lambda: self.summaries.write(key, summary), what=f"task {task.id}: summary"
             )
+        except asyncio.CancelledError:
+            # R10: a shutdown while the summary is written (its narrative, or the two-step
+            # write; the one-step finish is never interrupted) hands the task back as a
+            # retryable failure, as during the run, instead of leaving it to lease expiry.
+            await asyncio.shield(
+                self._report_failure(
+                    task, key, TaskFailure(code="cancelled", retryable=True, detail="host shutdown")
+                )
+            )
+            raise
         except Exception as exc:  # the summary was not written: never complete (D4)
             cause = exc.__cause__ if isinstance(exc, SummaryNotWritten) else exc
             await self._report_failure(

@@ -43,7 +43,7 @@ async def _all_summaries_written(tx: Tx, params: list[dict[str, Any]]) -> bool:
     return count == len(params)
 
 
-# The facts the host writes for every task (engine_host.ResidentEngineHost._summary), in
+# The facts the host writes for every task (job.HostJobs._summary), in
 # sorted order: what ``_host_facts_json`` splices.
 HOST_FACT_KEYS: Final = (
     "artifact_refs",
