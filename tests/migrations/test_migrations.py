@@ -201,8 +201,8 @@ async def test_status_check_constraint_refuses_unknown_states(db: StateDB, db_ur
 
 async def test_sqlite_connections_carry_the_documented_settings(tmp_path: Path) -> None:
     """Durability (issue 7: ``synchronous=FULL`` unless the URL says NORMAL), WAL, foreign keys
-    and temporary storage in memory (``store.sqlite.connection``: statement journals in temporary files
-    made a group commit's claims cost 40 us a row instead of 29)."""
+    and temporary storage in memory (``store.sqlite.connection``: statement journals in
+    temporary files made a group commit's claims cost 40 us a row instead of 29)."""
 
     def settings(db: Any) -> tuple[Any, ...]:
         conn = db._connection()

@@ -10,9 +10,9 @@ building it here is much cheaper (measured:
 docs/benchmarks.md#figures-that-justified-design-choices).
 
 The store's PostgreSQL connections carry a binary dumper for ``PgArray`` that sends ``data``
-as it is, under the array type's oid (``store.postgres.connection``). Elements are coerced to the one
-Python type of the column first: an int among floats is a float8, a float in an integer column
-an int (as ``int()`` does), JSON columns travel as their text.
+as it is, under the array type's oid (``store.postgres.connection``). Elements are coerced to
+the one Python type of the column first: an int among floats is a float8, a float in an
+integer column an int (as ``int()`` does), JSON columns travel as their text.
 """
 
 from __future__ import annotations

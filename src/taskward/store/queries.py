@@ -50,8 +50,8 @@ def to_pyformat(sql: str) -> str:
 def to_positional(sql: str) -> tuple[str, tuple[str, ...]]:
     """``:name`` -> ``?N`` for SQLite, numbered in order of first appearance with ``now`` (a
     statement-wide value) first when the statement takes it; and the names in number order.
-    Binding a row's values by position is cheaper than by name (``store.sqlite.positional``). Whole-line
-    comments go first: their ``:words`` are no parameters."""
+    Binding a row's values by position is cheaper than by name (``store.sqlite.positional``).
+    Whole-line comments go first: their ``:words`` are no parameters."""
     sql = _code(sql)
     names = [m.group(1) for m in _BIND.finditer(sql)]
     order = tuple(dict.fromkeys((["now"] if "now" in names else []) + names))
