@@ -1,8 +1,9 @@
 """Set-based transitions (``apply_transitions``, ``build_run_update_many``) keep every item's own
 compare-and-swap, fact and event, on both backends.
 
-The batched path must be indistinguishable, item by item, from ``apply_transition`` applied one
-after another: these tests mix applied, lost, replayed and repeated items in one batch.
+The batched path must be indistinguishable, item by item, from ``apply_transitions`` of one
+item at a time, one after another: these tests mix applied, lost, replayed and repeated
+items in one batch.
 """
 
 from __future__ import annotations

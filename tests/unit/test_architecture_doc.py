@@ -93,3 +93,15 @@ def test_the_contract_places_every_module_of_the_package() -> None:
     placed = [module for _, row in contract_rows() for module in row]
     assert len(placed) == len(set(placed)), "a module in two rows"
     assert set(placed) == package_children()
+
+
+def test_the_doc_names_every_module_of_the_packages_it_draws() -> None:
+    """The paragraphs under the table draw ``transitions/``, ``claims/``, ``maintenance/`` and
+    ``host/`` module by module: a module added to one of them and not to its paragraph fails
+    here."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    named = {name.rstrip("/") for name in re.findall(r"`([a-z_/]+)`", text)}
+    for package in ("transitions", "claims", "maintenance", "host"):
+        module = __import__(f"taskward.{package}", fromlist=["__path__"])
+        for info in pkgutil.iter_modules(module.__path__):
+            assert info.name in named or f"{package}/{info.name}" in named, (package, info.name)

@@ -5,7 +5,8 @@ Rows move ``pending -> delivering -> delivered | dead_letter | expired``; a fail
 returns to ``pending`` with a next-attempt time, an expired deliverer lease returns to
 ``pending``, and an operator retry returns ``dead_letter``/``expired`` to ``pending``. Every
 statement here touches ``dispatch_outbox`` only: delivery state never changes a task (D6).
-Terminal transitions enqueue their notification themselves (``transitions.apply_transition``).
+Terminal transitions enqueue their notification themselves (``transitions.rows.audit_rows``,
+written by ``transitions.apply``).
 
 Known limits: delivery is at least once — a receiver dedupes by the notification ``id`` (or
 ``dedup_key``), both inside the signed body. A webhook request runs in a worker thread

@@ -26,7 +26,6 @@ task event commit in one transaction, or none of them do.
 
 from taskward.store.port import KeyAlreadyUsed
 from taskward.transitions.api import (
-    apply_transition,
     apply_transitions,
     transition_at,
     transition_task,
@@ -55,7 +54,6 @@ __all__ = [
     "TerminalBuild",
     "apply",
     "apply_built",
-    "apply_transition",
     "apply_transitions",
     "cancelled",
     "claimed",

@@ -94,17 +94,3 @@ async def apply_transitions(
         move_of(request, guard, patch, digest, tx.now) for request, guard, patch, digest in items
     ]
     return await apply(tx, moves, returning=returning)
-
-
-async def apply_transition(
-    tx: Tx,
-    request: TransitionRequest,
-    *,
-    guard: Mapping[str, Any],
-    patch: Mapping[str, Any],
-    digest: str,
-    returning: Sequence[str] = (),
-) -> Applied:
-    """One checked request applied in the open ``tx`` (``apply_transitions`` of one)."""
-    [applied] = await apply_transitions(tx, [(request, guard, patch, digest)], returning=returning)
-    return applied

@@ -424,7 +424,7 @@ SELECT COALESCE(:now::float8, extract(epoch FROM clock_timestamp())::float8) AS 
        (SELECT value FROM queue_settings WHERE name = 'max_attempts') AS max_attempts;
 
 -- dispatch_outbox (ADR-0072 D6, R12): notifications of committed facts and their delivery
--- state. Written by the enqueue in transitions.apply_transition and by taskward.outbox only;
+-- state. Written by the enqueue in transitions.rows.audit_rows' notification and by taskward.outbox only;
 -- none of these statements touches a task.
 
 -- name: outbox_enqueue
