@@ -67,7 +67,9 @@ async def _claim_in(
         # One set-based compare-and-swap for all of them, each on its own guard, then every
         # fact and event in one round (transitions.apply).
         moves = spec.claim_moves([item for *_, item in plain], now)
-        applied = await apply(tx, moves, returning=("*",))
+        # Every claim's guard and patch have the same columns, and its guard the same NULLs
+        # (``spec._claim_parts``): one shape, one statement.
+        applied = await apply(tx, moves, returning=("*",), one_shape=True)
         for (position, lease, _), (result, updated) in zip(plain, applied, strict=True):
             if result.applied and not result.replayed and updated is not None:
                 claimed_at.append((position, Claimed(lease=lease, row=updated)))

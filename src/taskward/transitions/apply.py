@@ -37,7 +37,9 @@ Applied = tuple[TransitionResult, Row | None]
 """A move's result and the ``returning`` columns of its updated row (None: nothing written)."""
 
 
-async def apply(tx: Tx, moves: Sequence[Move], *, returning: Sequence[str] = ()) -> list[Applied]:
+async def apply(
+    tx: Tx, moves: Sequence[Move], *, returning: Sequence[str] = (), one_shape: bool = False
+) -> list[Applied]:
     """Write ``moves`` in ``tx``, set-based; one result per move, in order.
 
     Each move keeps exactly its own semantics: its own compare-and-swap on its own row and guard
@@ -48,7 +50,10 @@ async def apply(tx: Tx, moves: Sequence[Move], *, returning: Sequence[str] = ())
     used transition key raises ``KeyAlreadyUsed`` and a serialization-key clash
     ``LostToConcurrencyKey``: the caller rolls back (and may retry move by move). A move to
     ``queued`` wakes idle workers once the transaction commits (the one wake-up of a status
-    change)."""
+    change). ``one_shape``: the caller built every move from one template
+    (``claim.claim_moves``, ``finish.finish_moves``), so their compare-and-swaps share one
+    shape and a round is one statement without grouping (the store still checks every item's
+    shape before it builds the statement)."""
     results: list[Applied | None] = [None] * len(moves)
     rounds: list[list[int]] = []
     occurrences: dict[str, int] = {}
@@ -61,7 +66,7 @@ async def apply(tx: Tx, moves: Sequence[Move], *, returning: Sequence[str] = ())
     wanted = _returned(returning)
     queued = False
     for round_indexes in rounds:
-        changed = await _compare_and_swap(tx, moves, round_indexes, wanted)
+        changed = await _compare_and_swap(tx, moves, round_indexes, wanted, one_shape)
         facts: list[dict[str, Any]] = []
         events: list[dict[str, Any]] = []
         notifications: list[dict[str, Any]] = []
@@ -100,13 +105,16 @@ async def apply(tx: Tx, moves: Sequence[Move], *, returning: Sequence[str] = ())
 
 
 async def _compare_and_swap(
-    tx: Tx, moves: Sequence[Move], indexes: list[int], returning: Sequence[str]
+    tx: Tx, moves: Sequence[Move], indexes: list[int], returning: Sequence[str], one_shape: bool
 ) -> dict[int, Row]:
     """One round's compare-and-swaps, one statement per shape; the rows they changed, by the
     index of their move."""
     shapes: dict[object, list[int]] = {}
-    for index in indexes:
-        shapes.setdefault(update_shape(moves[index].update), []).append(index)
+    if one_shape:
+        shapes[None] = indexes
+    else:
+        for index in indexes:
+            shapes.setdefault(update_shape(moves[index].update), []).append(index)
     changed: dict[int, Row] = {}
     try:
         for group in shapes.values():

@@ -303,7 +303,7 @@ async def apply_finishes(
     auditing = tx.auditing()
     if auditing is None:
         moves = finish_moves(terminals, resolved, params, template, tx.now)
-        return [result for result, _ in await apply(tx, moves)]
+        return [result for result, _ in await apply(tx, moves, one_shape=True)]
     call = _finish_call(terminals, resolved, params, template)
     return await finish_results(auditing, call, await auditing.finish_running(call.params))
 
