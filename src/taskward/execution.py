@@ -27,7 +27,7 @@ from taskward.models import Actor, TransitionResult
 from taskward.oslocks import LockTimeout, machine_locks
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.store.port import Row, StateDB
-from taskward.transitions import TerminalBuild, transition_at
+from taskward.transitions import TerminalBuild, finished, transition_at
 
 log = logging.getLogger("taskward.execution")
 
@@ -260,8 +260,8 @@ def finish_build(
 ) -> TerminalBuild:
     """The guarded transition out of ``running`` under ``lease``, built at the operation's
     time (``transitions.transition_at`` and ``transitions.apply_built`` take it)."""
-    return TerminalBuild(
-        entity_id=lease.task_id,
+    return finished(
+        lease.task_id,
         guard=lease.guard(),
         lease_id=lease.lease_id,
         outcome=outcome,

@@ -137,6 +137,30 @@ def cancelled(
     return request, {}, {"ended_at": now, "retry_at": None}
 
 
+def finished(
+    entity_id: str,
+    *,
+    guard: dict[str, Any],
+    lease_id: str,
+    outcome: Resolved | Callable[[float], Resolved],
+    actor: Actor,
+    evidence_refs: list[dict[str, Any]],
+    key_suffix: str,
+) -> TerminalBuild:
+    """``running -> <outcome's state>`` under the lease ``guard`` presents, keyed
+    ``<key_suffix>:<lease_id>`` (ADR-0072 D4): the way out of ``running``, built at the
+    operation's time (``execution.finish_build`` gives it the lease's guard and id)."""
+    return TerminalBuild(
+        entity_id=entity_id,
+        guard=guard,
+        lease_id=lease_id,
+        outcome=outcome,
+        actor=actor,
+        evidence_refs=evidence_refs,
+        key_suffix=key_suffix,
+    )
+
+
 class Resolved(Protocol):
     """What a terminal build's outcome resolves to (``execution.Outcome``)."""
 
