@@ -914,7 +914,7 @@ FROM unnest(
 ON CONFLICT (dedup_key) DO NOTHING;
 
 -- name: summary_insert_many
--- The complete summaries of a one-step finish (host.local: summary, completion and the next
+-- The complete summaries of a one-step finish (host.onestep: summary, completion and the next
 -- claim in one transaction): a plain insert, so a session that already has a row (pending or
 -- complete) fails the statement; the group commit then rolls the batch back and each finish
 -- takes its two-step path, whose summary_write completes a pending row or compares a complete
