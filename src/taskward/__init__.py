@@ -21,6 +21,7 @@ from taskward.errors import (
     StoreUnavailable,
     TaskIdempotencyConflict,
     TaskNotFound,
+    TaskNotRetryable,
     TaskValidationError,
     TaskwardError,
     TransitionIdempotencyConflict,
@@ -41,6 +42,7 @@ from taskward.registry import (
     TaskAdapterRegistry,
     TaskExecutionResult,
 )
+from taskward.resubmit import retry_task
 from taskward.store import StateDB, open_db
 from taskward.transitions import transition_task
 from taskward.worker import claim_and_execute, reap_expired_leases, register_heartbeat, worker_tick
@@ -67,6 +69,7 @@ __all__ = [
     "TaskExecutionResult",
     "TaskIdempotencyConflict",
     "TaskNotFound",
+    "TaskNotRetryable",
     "TaskValidationError",
     "TaskwardError",
     "TransitionIdempotencyConflict",
@@ -86,6 +89,7 @@ __all__ = [
     "register_heartbeat",
     "request_task_cancel",
     "submit_task",
+    "retry_task",
     "submit_tasks",
     "task",
     "transition_task",

@@ -31,7 +31,7 @@ MAX_ARGS_BYTES: Final = 1024 * 1024
 # tokens. More, or longer, is a mistake or an attempt to bloat every claim's comparison.
 MAX_CAPABILITIES: Final = 32
 MAX_CAPABILITY_LENGTH: Final = 128
-ADMISSION_SOURCES: Final = frozenset({"library", "cli", "http", "schedule"})
+ADMISSION_SOURCES: Final = frozenset({"library", "cli", "http", "schedule", "retry"})
 
 
 @cache
@@ -324,12 +324,19 @@ def insert_params(
     admission_source: str,
     schedule_id: str | None,
     now: float | None,
+    *,
+    trigger_context: str = "{}",
+    chain_parent_id: str | None = None,
+    chain_depth: int = 0,
 ) -> dict[str, Any]:
-    """``run_insert_if_new``'s parameters for one admission, with a new time-ordered id."""
+    """``run_insert_if_new``'s parameters for one admission, with a new time-ordered id; the
+    chain columns are an operator retry's (R19, ``resubmit.retry_task``)."""
     return {
         "id": new_id(),
         "schedule_id": schedule_id,
-        "trigger_context": "{}",
+        "trigger_context": trigger_context,
+        "chain_parent_id": chain_parent_id,
+        "chain_depth": chain_depth,
         "action_kind": admitted.action_kind,
         "action_args": admitted.args_json,
         "concurrency_key": admitted.concurrency_key,
@@ -402,23 +409,10 @@ async def submit_tasks(
     async with db.transaction(now=now) as tx:
         # One set-based write for the whole call; a key already taken inserts nothing.
         rows: list[dict[str, Any]] = [
-            {
-                "id": new_id(),
-                "schedule_id": None,
-                "trigger_context": "{}",
-                "action_kind": a.action_kind,
-                "action_args": a.args_json,
-                "concurrency_key": a.concurrency_key,
-                "required_capabilities": dumps(a.required_capabilities),
-                "execution_target": a.execution_target,
-                "library_ref": a.library_ref,
-                "library_content_hash": a.library_content_hash,
-                "idempotency_key": a.idempotency_key,
-                "application_hash": a.application_hash,
-                "admission_source": admission_source,
-            }
-            for a in unique
+            insert_params(a, admission_source, None, None) for a in unique
         ]
+        for params in rows:
+            del params["now"]  # the statement's time is the transaction's
         [inserted] = await tx.write_many([("run_insert_many_if_new", rows)])
         if inserted == len(unique):
             ids = {a.idempotency_key: row["id"] for a, row in zip(unique, rows, strict=True)}

@@ -98,6 +98,19 @@ class TaskNotFound(TaskwardError, LookupError):
         super().__init__(f"task {task_id!r} not found")
 
 
+class TaskNotRetryable(TaskwardError, ValueError):
+    """An operator retry (R19) of a task that has not ended: only a terminal task is retried
+    (it runs again as a new task); one still in the queue or running is left to its course."""
+
+    def __init__(self, task_id: str, status: str) -> None:
+        self.task_id = task_id
+        self.status = status
+        super().__init__(
+            f"task {task_id} is {status}: only a terminal task (completed, failed, timed_out, "
+            "cancelled, skipped) can be retried"
+        )
+
+
 class ScheduleNotFound(TaskwardError, LookupError):
     """No schedule has this id (or, for a name, no schedule that is not removed)."""
 

@@ -255,6 +255,33 @@ def test_cancel_of_a_queued_task_is_immediate_and_recorded(taskward: Taskward) -
     assert "operator:" in fact
 
 
+def test_task_retry_runs_an_ended_task_again_as_a_new_one(taskward: Taskward) -> None:
+    """R19 through the CLI: a queued task is refused (exit 1, nothing admitted); once it ended,
+    ``task retry`` prints the new task's id, the same --key the same id, and the new task keeps
+    the original's application."""
+    task_id = taskward("task", "submit", "agent", "--key", "r1").stdout.strip()
+    refused = taskward("task", "retry", task_id, "--key", "again")
+    assert refused.code == EXIT_FAILURE
+    assert "only a terminal task" in refused.stderr and task_id in refused.stderr
+    assert taskward("task", "cancel", task_id, "--key", "stop").code == EXIT_OK
+
+    retried = taskward("task", "retry", task_id, "--key", "again", "--json")
+    assert retried.code == EXIT_OK, retried.stderr
+    answer = retried.json()
+    assert answer["retry_of"] == task_id and answer["idempotency_key"] == "again"
+    new_id = answer["task_id"]
+    assert UUID.match(new_id) and new_id != task_id
+    assert taskward("task", "retry", task_id, "--key", "again").stdout.strip() == new_id
+    new = taskward("task", "show", new_id, "--json").json()
+    old = taskward("task", "show", task_id, "--json").json()
+    assert (new["status"], old["status"]) == ("queued", "cancelled")
+    assert new["action_kind"] == old["action_kind"]
+    assert new["idempotency_key"] == f"retry:{task_id}:again"
+
+    bad = taskward("task", "retry", task_id, "--key", "")
+    assert bad.code == EXIT_BAD_INPUT and "generated idempotency key" not in bad.stderr
+
+
 def test_a_bad_cancel_reason_exits_2_before_a_key_is_announced(taskward: Taskward) -> None:
     task_id = taskward("task", "submit", "agent", "--key", "c2").stdout.strip()
     refused = taskward("task", "cancel", task_id, "--reason", "x" * 1001)

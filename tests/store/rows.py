@@ -39,6 +39,8 @@ def run_params(**changes: Any) -> dict[str, Any]:
         "idempotency_key": f"k-{uuid.uuid4()}",
         "application_hash": "sha256:x",
         "admission_source": "library",
+        "chain_parent_id": None,
+        "chain_depth": 0,
     }
     params.update(changes)
     return params

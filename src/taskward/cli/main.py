@@ -38,10 +38,11 @@ from taskward.cli.common import (
 )
 from taskward.cli.errors import EXIT_OK, report
 from taskward.cli.worker_cmd import task_wait, worker
-from taskward.models import EXECUTION_TARGETS
+from taskward.models import EXECUTION_TARGETS, check_key
 from taskward.placement import placement_reason
 from taskward.reads import MAX_LIST_LIMIT
 from taskward.registry import DEFAULT_ALIASES
+from taskward.resubmit import retry_task
 from taskward.store.open import DEFAULT_URL, ENV_VAR
 
 DEFAULT_LIST_LIMIT = 20
@@ -268,6 +269,37 @@ def task_cancel(state: CliState, task_id: str, key: str | None, reason: str) -> 
             "the worker holding the task stops it cooperatively; "
             f"watch with: taskward task history {task_id}"
         )
+
+
+@task.command("retry")
+@click.argument("task_id", metavar="ID")
+@click.option("--key", help="Idempotency key of this retry; generated when omitted.")
+@json_option
+@pass_state
+def task_retry(state: CliState, task_id: str, key: str | None) -> None:
+    """Run an ended task again as a new task (DESIGN.md R19); the original never changes.
+
+    The same --key returns the same new task, so a retry is safe to repeat.
+    """
+    out = state.output
+    generated = key is None
+    key = generated_key() if key is None else key
+    check_key("idempotency_key", key)  # bad input exits 2 before a key is announced
+    if generated:
+        out.notice(
+            f"generated idempotency key {key}; to repeat this retry safely, pass --key {key}"
+        )
+    actor = operator()
+    registry = registry_for(state)
+    new_id = with_db(
+        state.db_url,
+        lambda db: retry_task(db, task_id, actor=actor, idempotency_key=key, registry=registry),
+    )
+    if out.is_json:
+        out.json({"task_id": new_id, "retry_of": task_id, "idempotency_key": key})
+        return
+    out.line(new_id)
+    out.notice(f"task {new_id} retries {task_id}; watch with: taskward task wait {new_id}")
 
 
 cli.add_command(worker)

@@ -10,20 +10,21 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.u
 
 -- name: run_insert_if_new
 -- Admission (ADR-0072 D2, R8): insert a queued row unless the key exists; writes no fact.
+-- :chain_parent_id / :chain_depth: NULL and 0, except for an operator retry (R19).
 -- One statement, its own transaction: the insert, the server clock (R9) and the wake-up of idle
 -- workers (NOTIFY, sent only when a row was inserted) in a single round trip. Its row count
 -- (1 or 0, the rows of the final SELECT) says whether it inserted; the caller made the id.
 WITH inserted AS (
 INSERT INTO schedule_runs (
   id, schedule_id, invocation_id, trigger_context,
-  action_kind, action_args, status, chain_depth,
+  action_kind, action_args, status, chain_parent_id, chain_depth,
   fired_at, created_at, queued_at, concurrency_key,
   required_capabilities, execution_target,
   library_ref, library_content_hash,
   idempotency_key, application_hash, admission_source
 ) VALUES (
   :id, :schedule_id, NULL, :trigger_context::jsonb,
-  :action_kind, :action_args::jsonb, 'queued', 0,
+  :action_kind, :action_args::jsonb, 'queued', :chain_parent_id::text, :chain_depth::integer,
   :now, :now, :now, :concurrency_key,
   :required_capabilities::jsonb, :execution_target,
   :library_ref, :library_content_hash,
@@ -949,14 +950,14 @@ WHERE task_summaries.state = 'pending';
 -- the keys back). Its wake-up NOTIFY goes with the COMMIT (submit_tasks calls tx.notify).
 INSERT INTO schedule_runs (
   id, schedule_id, invocation_id, trigger_context,
-  action_kind, action_args, status, chain_depth,
+  action_kind, action_args, status, chain_parent_id, chain_depth,
   fired_at, created_at, queued_at, concurrency_key,
   required_capabilities, execution_target,
   library_ref, library_content_hash,
   idempotency_key, application_hash, admission_source
 )
 SELECT r.id, r.schedule_id, NULL, r.trigger_context::jsonb,
-       r.action_kind, r.action_args::jsonb, 'queued', 0,
+       r.action_kind, r.action_args::jsonb, 'queued', r.chain_parent_id, r.chain_depth,
        :now, :now, :now, r.concurrency_key,
        r.required_capabilities::jsonb, r.execution_target,
        r.library_ref, r.library_content_hash,
@@ -965,11 +966,12 @@ FROM unnest(
   :id::text[], :schedule_id::text[], :trigger_context::text[], :action_kind::text[],
   :action_args::text[], :concurrency_key::text[], :required_capabilities::text[],
   :execution_target::text[], :library_ref::text[], :library_content_hash::text[],
-  :idempotency_key::text[], :application_hash::text[], :admission_source::text[]
+  :idempotency_key::text[], :application_hash::text[], :admission_source::text[],
+  :chain_parent_id::text[], :chain_depth::integer[]
 ) AS r(
   id, schedule_id, trigger_context, action_kind, action_args, concurrency_key,
   required_capabilities, execution_target, library_ref, library_content_hash,
-  idempotency_key, application_hash, admission_source
+  idempotency_key, application_hash, admission_source, chain_parent_id, chain_depth
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 

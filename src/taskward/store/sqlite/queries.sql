@@ -10,19 +10,20 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.u
 
 -- name: run_insert_if_new
 -- Admission (ADR-0072 D2, R8): insert a queued row unless the key exists; writes no fact.
+-- :chain_parent_id / :chain_depth: NULL and 0, except for an operator retry (R19).
 -- One statement, its own transaction; its row count (1 or 0) says whether it inserted, and the
 -- caller made the id (RETURNING would cost SQLite a scratch table:
 -- docs/benchmarks.md#figures-that-justified-design-choices).
 INSERT INTO schedule_runs (
   id, schedule_id, invocation_id, trigger_context,
-  action_kind, action_args, status, chain_depth,
+  action_kind, action_args, status, chain_parent_id, chain_depth,
   fired_at, created_at, queued_at, concurrency_key,
   required_capabilities, execution_target,
   library_ref, library_content_hash,
   idempotency_key, application_hash, admission_source
 ) VALUES (
   :id, :schedule_id, NULL, :trigger_context,
-  :action_kind, :action_args, 'queued', 0,
+  :action_kind, :action_args, 'queued', :chain_parent_id, :chain_depth,
   :now, :now, :now, :concurrency_key,
   :required_capabilities, :execution_target,
   :library_ref, :library_content_hash,
@@ -734,14 +735,14 @@ SELECT id FROM status_transitions WHERE id IN (SELECT value FROM json_each(:ids)
 -- count falls short and admission.py reads the keys back).
 INSERT INTO schedule_runs (
   id, schedule_id, invocation_id, trigger_context,
-  action_kind, action_args, status, chain_depth,
+  action_kind, action_args, status, chain_parent_id, chain_depth,
   fired_at, created_at, queued_at, concurrency_key,
   required_capabilities, execution_target,
   library_ref, library_content_hash,
   idempotency_key, application_hash, admission_source
 ) VALUES (
   :id, :schedule_id, NULL, :trigger_context,
-  :action_kind, :action_args, 'queued', 0,
+  :action_kind, :action_args, 'queued', :chain_parent_id, :chain_depth,
   :now, :now, :now, :concurrency_key,
   :required_capabilities, :execution_target,
   :library_ref, :library_content_hash,
