@@ -341,6 +341,36 @@ async def test_cancel_records_the_token_name_as_the_actor(make_client: Client, d
     assert len(await taskward.list_transitions(db, task_id)) == 1
 
 
+async def test_retry_runs_an_ended_task_again_and_needs_operate(
+    make_client: Client, db: StateDB
+) -> None:
+    """``POST /api/tasks/{id}/retry`` (R19): 409 while the task has not ended; once it has, a
+    new task with its application (201), the same key the same task, the token's name as the
+    operator; a read-only token is refused."""
+    client = make_client(HttpConfig(tokens=TOKENS), token=ADMIN)
+    task_id = (await client.post("/api/tasks", json=ECHO)).json()["task_id"]
+    body = assert_problem(
+        await client.post(f"/api/tasks/{task_id}/retry", json={"idempotency_key": "r-1"}), 409
+    )
+    assert body["type"] == "urn:taskward:problem:not-retryable"
+    await client.post(f"/api/tasks/{task_id}/cancel", json={"idempotency_key": "c"})
+    r = await client.post(f"/api/tasks/{task_id}/retry", json={"idempotency_key": "r-1"})
+    assert r.status_code == 201, r.text
+    answer = r.json()
+    assert answer["retry_of"] == task_id and answer["key_generated"] is False
+    assert r.headers["idempotency-key"] == "r-1"
+    new = (await client.get(f"/api/tasks/{answer['task_id']}")).json()
+    assert new["status"] == "queued" and new["action_kind"] == ECHO["action_kind"]
+    row = await db.fetchone("run_get", {"id": answer["task_id"]})
+    assert row is not None and row["chain_parent_id"] == task_id
+    assert row["trigger_context"]["actor"] == "operator:alice"
+    again = await client.post(f"/api/tasks/{task_id}/retry", headers={"Idempotency-Key": "r-1"})
+    assert again.json()["task_id"] == answer["task_id"]
+    assert_problem(await client.post("/api/tasks/nope/retry"), 404)
+    reader = make_client(HttpConfig(tokens=TOKENS), token=READER)
+    assert_problem(await reader.post(f"/api/tasks/{task_id}/retry"), 403)
+
+
 async def test_cancel_with_different_keys_in_body_and_header_is_422(
     client: httpx.AsyncClient, db: StateDB
 ) -> None:

@@ -81,6 +81,23 @@ class CancelResponse(BaseModel):
     key_generated: bool
 
 
+class RetryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    idempotency_key: str | None = Field(
+        default=None,
+        description="The operator's key (generated when absent and not in the header); the "
+        "new task's admission key is retry:<task-id>:<key>.",
+    )
+
+
+class RetryResponse(BaseModel):
+    task_id: str = Field(description="The new task.")
+    retry_of: str = Field(description="The ended task it runs again (never changed).")
+    idempotency_key: str
+    key_generated: bool
+
+
 class Placement(BaseModel):
     model_config = ConfigDict(extra="allow")
 

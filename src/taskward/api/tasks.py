@@ -19,6 +19,8 @@ from taskward.api.models import (
     CancelRequest,
     CancelResponse,
     Problem,
+    RetryRequest,
+    RetryResponse,
     SubmitResult,
     TaskOut,
     TaskPage,
@@ -33,6 +35,7 @@ from taskward.models import TaskApplication
 from taskward.placement import placement_reason
 from taskward.reads import MAX_LIST_LIMIT, get_task, list_tasks, list_transitions, list_workers
 from taskward.registry import DEFAULT_ALIASES
+from taskward.resubmit import retry_task
 from taskward.store import StateDB
 from taskward.web.auth import Principal, require
 from taskward.web.state import services_of, store_of
@@ -46,7 +49,8 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
         401: "No or an invalid API token (only when tokens are configured).",
         403: "The token lacks the scope this route needs.",
         404: "No task has this id.",
-        409: "The idempotency key already admitted a different application.",
+        409: "The idempotency key already admitted a different application, or (retry) the "
+        "task has not ended.",
         413: "The request body is over the limit.",
         422: "Invalid input: the problem names the field and what is allowed. Nothing stored.",
         429: "Too many failed authentications from this address; retry after Retry-After "
@@ -277,6 +281,42 @@ async def cancel(
     )
     _echo_key(response, key)
     return CancelResponse(**result.model_dump(), idempotency_key=key, key_generated=generated)
+
+
+@router.post(
+    "/tasks/{task_id}/retry",
+    name="retry_task",
+    response_model=RetryResponse,
+    status_code=201,
+    summary="Run an ended task again as a new task",
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
+)
+async def retry(
+    task_id: str,
+    request: Request,
+    response: Response,
+    principal: Annotated[Principal, Depends(require("operate"))],
+    db: Db,
+    body: Annotated[RetryRequest | None, Body()] = None,
+    idempotency_key: IdempotencyHeader = None,
+) -> RetryResponse:
+    """``retry_task`` (DESIGN.md R19): a new task with the ended task's application, keyed
+    ``retry:<task-id>:<key>``; the same key returns the same new task, and the original never
+    changes. A task that has not ended is a 409 (``not-retryable``). The token's name is the
+    operator recorded with the new task."""
+    _check_task_id(task_id)
+    key, generated = _choose_key((body or RetryRequest()).idempotency_key, idempotency_key)
+    new_id = await retry_task(
+        db,
+        task_id,
+        actor=principal.actor(),
+        idempotency_key=key,
+        registry=services_of(request).registry,
+    )
+    _echo_key(response, key)
+    return RetryResponse(
+        task_id=new_id, retry_of=task_id, idempotency_key=key, key_generated=generated
+    )
 
 
 workers_router = APIRouter(prefix="/api", tags=["workers"])

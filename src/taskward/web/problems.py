@@ -26,6 +26,7 @@ from taskward.errors import (
     StoreUnavailable,
     TaskIdempotencyConflict,
     TaskNotFound,
+    TaskNotRetryable,
     TaskValidationError,
     TaskwardError,
     TransitionIdempotencyConflict,
@@ -43,6 +44,7 @@ _MAX_INT_BITS: Final = 1024  # Python refuses to print an int of more than 4300 
 # (error class, status, problem type slug, title)
 ERROR_TABLE: Final[tuple[tuple[type[Exception], int, str, str], ...]] = (
     (NotificationNotRetryable, 409, "not-retryable", "Notification not retryable"),
+    (TaskNotRetryable, 409, "not-retryable", "Task not retryable"),
     (AdapterNotRegistered, 422, "invalid-input", "Invalid input"),
     (TaskValidationError, 422, "invalid-input", "Invalid input"),
     (TaskIdempotencyConflict, 409, "idempotency-conflict", "Idempotency key conflict"),
