@@ -261,7 +261,7 @@ def finish_build(
     """The guarded transition out of ``running`` under ``lease``, built at the operation's
     time (``transitions.transition_at`` and ``transitions.apply_built`` take it)."""
     return finished(
-        lease.task_id,
+        entity_id=lease.task_id,
         guard=lease.guard(),
         lease_id=lease.lease_id,
         outcome=outcome,

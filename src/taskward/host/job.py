@@ -23,6 +23,7 @@ while the store is away), and never a completion without its summary (D4). On ev
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -83,7 +84,7 @@ class HostStats:
     stop_reason: str | None = None
 
 
-class HostJobs:
+class HostJobs(abc.ABC):
     """What a host job does with its task, from ``_run_one`` to the acknowledgement. The
     constructor's settings below are set by ``ResidentEngineHost.__init__`` (replaceable, like
     ``source`` and ``summaries``: each use reads them afresh); ``__init__`` makes this side's
@@ -411,14 +412,17 @@ class HostJobs:
 
     # -- supplied by the serve loop (``ResidentEngineHost``) -------------------------------
 
+    @abc.abstractmethod
     def stop_claiming(self, reason: str = "stop requested") -> None:
         """Stop new claims; active tasks continue (D3)."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def _may_claim_next(self) -> int:
         """How many tasks a finishing step may lease for the slot it frees (D3)."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def _shutting_down(self) -> bool:
         """Whether a host shutdown began."""
         raise NotImplementedError

@@ -137,30 +137,6 @@ def cancelled(
     return request, {}, {"ended_at": now, "retry_at": None}
 
 
-def finished(
-    entity_id: str,
-    *,
-    guard: dict[str, Any],
-    lease_id: str,
-    outcome: Resolved | Callable[[float], Resolved],
-    actor: Actor,
-    evidence_refs: list[dict[str, Any]],
-    key_suffix: str,
-) -> TerminalBuild:
-    """``running -> <outcome's state>`` under the lease ``guard`` presents, keyed
-    ``<key_suffix>:<lease_id>`` (ADR-0072 D4): the way out of ``running``, built at the
-    operation's time (``execution.finish_build`` gives it the lease's guard and id)."""
-    return TerminalBuild(
-        entity_id=entity_id,
-        guard=guard,
-        lease_id=lease_id,
-        outcome=outcome,
-        actor=actor,
-        evidence_refs=evidence_refs,
-        key_suffix=key_suffix,
-    )
-
-
 class Resolved(Protocol):
     """What a terminal build's outcome resolves to (``execution.Outcome``)."""
 
@@ -226,3 +202,9 @@ class TerminalBuild:
 
     def __call__(self, at: float) -> Built:
         return self.built(self.resolve(at))
+
+
+finished = TerminalBuild
+"""The named constructor of the way out of ``running`` (``execution.finish_build`` builds it
+with the lease's guard and id): ``running -> <outcome's state>`` keyed
+``<key_suffix>:<lease_id>`` (ADR-0072 D4)."""
