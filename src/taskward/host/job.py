@@ -191,13 +191,7 @@ class HostJobs(abc.ABC):
         try:
             session = self.session_factory()
         except Exception as exc:
-            await self._report_failure(
-                task,
-                key,
-                TaskFailure(
-                    code="flow_failed", retryable=True, detail=f"session setup failed: {exc!r}"
-                ),
-            )
+            await self._report_flow_failed(task, key, f"session setup failed: {exc!r}")
             return None
         budget = (task.deadline - self.clock()).total_seconds()
         watchdog = asyncio.timeout(budget)
@@ -221,21 +215,10 @@ class HostJobs(abc.ABC):
             )
             return None
         except asyncio.CancelledError:
-            # R10: a host shutdown is a retryable failure, never a cancelled task.
-            await asyncio.shield(
-                self._report_failure(
-                    task, key, TaskFailure(code="cancelled", retryable=True, detail="host shutdown")
-                )
-            )
+            await self._report_shutdown(task, key)
             raise
         except Exception as exc:
-            await self._report_failure(
-                task,
-                key,
-                TaskFailure(
-                    code="flow_failed", retryable=True, detail=f"{type(exc).__name__}: {exc}"
-                ),
-            )
+            await self._report_flow_failed(task, key, f"{type(exc).__name__}: {exc}")
             return None
         return await self._complete(task, key, session, output, started, started_mono)
 
@@ -261,14 +244,10 @@ class HostJobs(abc.ABC):
                 lambda: self.summaries.write(key, summary), what=f"task {task.id}: summary"
             )
         except asyncio.CancelledError:
-            # R10: a shutdown while the summary is written (its narrative, or the two-step
-            # write; the one-step finish is never interrupted) hands the task back as a
-            # retryable failure, as during the run, instead of leaving it to lease expiry.
-            await asyncio.shield(
-                self._report_failure(
-                    task, key, TaskFailure(code="cancelled", retryable=True, detail="host shutdown")
-                )
-            )
+            # A shutdown while the summary is written (its narrative, or the two-step write;
+            # the one-step finish is never interrupted) hands the task back as during the run,
+            # instead of leaving it to lease expiry.
+            await self._report_shutdown(task, key)
             raise
         except Exception as exc:  # the summary was not written: never complete (D4)
             cause = exc.__cause__ if isinstance(exc, SummaryNotWritten) else exc
@@ -382,6 +361,18 @@ class HostJobs(abc.ABC):
 
     # -- failure (D4) ----------------------------------------------------------------------
 
+    async def _report_shutdown(self, task: Task, key: str) -> None:
+        """R10: a host shutdown is a retryable failure, never a cancelled task; the report is
+        shielded, so the cancellation that stops the job does not stop its report."""
+        failure = TaskFailure(code="cancelled", retryable=True, detail="host shutdown")
+        await asyncio.shield(self._report_failure(task, key, failure))
+
+    async def _report_flow_failed(self, task: Task, key: str, detail: str) -> None:
+        """A retryable ``flow_failed`` (D4 classification): the run, or its set-up, raised."""
+        await self._report_failure(
+            task, key, TaskFailure(code="flow_failed", retryable=True, detail=detail)
+        )
+
     async def _report_failure(self, task: Task, key: str, failure: TaskFailure) -> None:
         try:
             await self.summaries.mark_pending(key, f"{failure.code}: {failure.detail}")
@@ -415,17 +406,14 @@ class HostJobs(abc.ABC):
     @abc.abstractmethod
     def stop_claiming(self, reason: str = "stop requested") -> None:
         """Stop new claims; active tasks continue (D3)."""
-        raise NotImplementedError
 
     @abc.abstractmethod
     def _may_claim_next(self) -> int:
         """How many tasks a finishing step may lease for the slot it frees (D3)."""
-        raise NotImplementedError
 
     @abc.abstractmethod
     def _shutting_down(self) -> bool:
         """Whether a host shutdown began."""
-        raise NotImplementedError
 
 
 _FAILURE_CODES = frozenset(

@@ -111,15 +111,8 @@ class _SQLiteTx:
     ) -> Row | None:
         sql, params = build_run_update(values, guard, returning)
         params.update(g_id=run_id, g_status=from_state)
-        try:
-            row: Row | None = self._conn.execute(sql, params).fetchone()
-        except sqlite3.IntegrityError as exc:
-            if "schedule_runs.concurrency_key" in str(exc):
-                raise ConcurrencyKeyBusy(str(exc)) from exc
-            raise translate_error(exc, self._path) from exc
-        except sqlite3.Error as exc:
-            raise translate_error(exc, self._path) from exc
-        return row
+        rows = self._compare_and_swap(sql, params)
+        return rows[0] if rows else None
 
     def auditing(self) -> None:
         """SQLite has no data-modifying CTEs: transitions writes a group's facts, events and
@@ -130,6 +123,11 @@ class _SQLiteTx:
         self, items: Sequence[RunUpdate], returning: Sequence[str] = ()
     ) -> list[Row]:
         sql, params = build_run_update_many(items, returning, dialect="sqlite")
+        return self._compare_and_swap(sql, params)
+
+    def _compare_and_swap(self, sql: str, params: dict[str, Any] | list[Any]) -> list[Row]:
+        """The guarded update's rows; a second running row of a serialization key (the unique
+        index on running keys refuses it, R7) is ``ConcurrencyKeyBusy``."""
         try:
             rows: list[Row] = self._conn.execute(sql, params).fetchall()
         except sqlite3.IntegrityError as exc:
