@@ -54,6 +54,11 @@ class AdmittedApplication(NamedTuple):
     idempotency_key: str
     application_hash: str
     concurrency_key: str | None
+    # R15-R20: the scheduling fields, validated (``scheduling_fields``).
+    run_after: float | None = None
+    priority: int = 0
+    max_attempts: int | None = None
+    limit_key: str | None = None
 
 
 def _optional_text(field: str, value: object) -> str | None:
@@ -148,21 +153,133 @@ def application_hash_of(
     required_capabilities: list[str],
     library_ref: str | None,
     library_content_hash: str | None,
+    *,
+    run_after: float | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    limit_key: str | None = None,
 ) -> str:
-    """``sha256:<hex>`` of the canonical JSON of exactly the six hashed fields (ADR-0072 D2).
+    """``sha256:<hex>`` of the canonical JSON of the six hashed fields (ADR-0072 D2), plus each
+    R15 field that is not at its default, under its own name (so an application that uses none
+    of them hashes exactly as D2 says).
 
     Spliced from the already-canonical ``args_json`` (keys in sorted order) so the arguments
     are serialised once; equal to ``content_hash`` of the same dict (a unit test checks).
     """
     capabilities = canonical_json(required_capabilities) if required_capabilities else "[]"
+    # Keys in sorted order, as canonical JSON's sort_keys would place them.
+    limit = f',"limit_key":{_json_text(limit_key)}' if limit_key is not None else ""
+    ceiling = f',"max_attempts":{max_attempts}' if max_attempts is not None else ""
+    rank = f',"priority":{priority}' if priority != 0 else ""
+    after = f',"run_after":{canonical_json(run_after)}' if run_after is not None else ""
     envelope = (
         f'{{"action_kind":{_json_text(action_kind)},"args":{args_json},'
         f'"execution_target":{_json_text(execution_target)},'
         f'"library_content_hash":{_json_text(library_content_hash)},'
-        f'"library_ref":{_json_text(library_ref)},'
-        f'"required_capabilities":{capabilities}}}'
+        f'"library_ref":{_json_text(library_ref)}{limit}{ceiling}{rank},'
+        f'"required_capabilities":{capabilities}{after}}}'
     )
     return "sha256:" + hashlib.sha256(envelope.encode("utf-8")).hexdigest()
+
+
+# R16-R18, R20: the allowed values of the scheduling fields, named in their errors.
+MIN_PRIORITY: Final = -100
+MAX_PRIORITY: Final = 100
+MAX_TASK_ATTEMPTS: Final = 100
+# run_after: epoch seconds from 0 to the start of 2200 (a finite time every binding can show).
+MAX_RUN_AFTER: Final = 7258118400.0
+LIMIT_KEY_ALLOWED: Final = (
+    "null or a key of 1..255 printable characters not starting with 'kind:' (every task has "
+    "the implicit limit key kind:<action_kind>)"
+)
+
+
+MAX_DELAY_S: Final = 10 * 366 * 86400.0
+
+
+def check_delay(field: str, value: object) -> float:
+    """A binding's delay in seconds (R15's ``delay_s``): a number from 0 to ten years."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= MAX_DELAY_S
+    ):
+        raise TaskValidationError(field, value, f"seconds from 0 to {MAX_DELAY_S:.0f} (ten years)")
+    return float(value)
+
+
+async def run_after_for_delay(
+    db: StateDB, idempotency_key: str, delay_s: float, *, now: float | None = None
+) -> float:
+    """R16's binding convenience (CLI ``--delay``, HTTP ``delay_s``): ``now + delay_s``, unless
+    the key already admitted a task, whose own ``run_after`` is returned instead.
+
+    A delay is relative to when a request arrives, so a retried request would otherwise name
+    another ``run_after`` than its first try and conflict (R15 hashes ``run_after``); resolved
+    against the key, the retry replays. A task of that key admitted without a delay keeps a
+    conflict: it is another application."""
+    delay = check_delay("delay_s", delay_s)
+    key = check_key("idempotency_key", idempotency_key.strip())
+    existing = await db.fetchone("run_get_by_key", {"idempotency_key": key})
+    if existing is not None and existing["run_after"] is not None:
+        return float(existing["run_after"])
+    return (await db.now() if now is None else now) + delay
+
+
+def check_run_after(field: str, value: object) -> float | None:
+    """R16: None, or epoch seconds in [0, ``MAX_RUN_AFTER``] (a number, not a bool)."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= MAX_RUN_AFTER
+    ):
+        raise TaskValidationError(
+            field, value, f"null or epoch seconds from 0 to {MAX_RUN_AFTER:.0f} (year 2200)"
+        )
+    return float(value)
+
+
+def check_priority(field: str, value: object) -> int:
+    """R17: an integer in [-100, 100]."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not (MIN_PRIORITY <= value <= MAX_PRIORITY)
+    ):
+        raise TaskValidationError(
+            field, value, f"an integer from {MIN_PRIORITY} to {MAX_PRIORITY} (higher first)"
+        )
+    return value
+
+
+def check_max_attempts(field: str, value: object) -> int | None:
+    """R18: None (the kind's default, else the queue's ceiling) or an integer in [1, 100]."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not (1 <= value <= MAX_TASK_ATTEMPTS)
+    ):
+        raise TaskValidationError(field, value, f"null or an integer from 1 to {MAX_TASK_ATTEMPTS}")
+    return value
+
+
+def check_limit_key(field: str, value: object) -> str | None:
+    """R20: None or a printable key (the idempotency key's rule) outside the ``kind:`` space."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TaskValidationError(field, value, LIMIT_KEY_ALLOWED)
+    try:
+        check_key(field, value)
+    except TaskValidationError as exc:
+        raise TaskValidationError(field, exc.value, LIMIT_KEY_ALLOWED) from exc
+    if value != value.strip() or value.startswith("kind:"):
+        raise TaskValidationError(field, value, LIMIT_KEY_ALLOWED)
+    return value
 
 
 def validate_application(
@@ -232,8 +349,31 @@ def validate_application(
     validate_provenance = getattr(adapter, "validate_provenance", None)
     if validate_provenance is not None:
         validate_provenance(library_ref, library_hash)
+    # R15: the scheduling fields. Most applications leave all four at their defaults: one
+    # comparison each, then the D2 hash unchanged.
+    run_after = app.run_after
+    priority = app.priority
+    max_attempts = app.max_attempts
+    limit_key = app.limit_key
+    if run_after is not None:
+        run_after = check_run_after("run_after", run_after)
+    if priority != 0 or type(priority) is not int:
+        priority = check_priority("priority", priority)
+    if max_attempts is not None:
+        max_attempts = check_max_attempts("max_attempts", max_attempts)
+    if limit_key is not None:
+        limit_key = check_limit_key("limit_key", limit_key)
     application_hash = application_hash_of(
-        kind, args_json, app.execution_target, capabilities, library_ref, library_hash
+        kind,
+        args_json,
+        app.execution_target,
+        capabilities,
+        library_ref,
+        library_hash,
+        run_after=run_after,
+        priority=priority,
+        max_attempts=max_attempts,
+        limit_key=limit_key,
     )
     return AdmittedApplication(
         action_kind=kind,
@@ -248,6 +388,10 @@ def validate_application(
         concurrency_key=host_scoped_concurrency_key(_hostname(), capabilities)
         if capabilities
         else None,
+        run_after=run_after,
+        priority=priority,
+        max_attempts=max_attempts,
+        limit_key=limit_key,
     )
 
 
@@ -347,6 +491,12 @@ def insert_params(
         "idempotency_key": admitted.idempotency_key,
         "application_hash": admitted.application_hash,
         "admission_source": admission_source,
+        # R16: the statement sets queued_at to the later of its time and run_after; R18: a NULL
+        # max_attempts stores the queue's ceiling read by the statement itself (R6).
+        "run_after": admitted.run_after,
+        "priority": admitted.priority,
+        "max_attempts": admitted.max_attempts,
+        "limit_key": admitted.limit_key,
         "now": now,
     }
 

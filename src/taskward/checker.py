@@ -28,7 +28,7 @@ The invariants and their codes (``CODES`` holds the same list):
   ``running`` -- every terminal fact written by a worker's acknowledgement or a reaper, and every
   requeue -- was written under the lease current when it committed (``lease_not_current``, see
   below);
-- the attempt ceiling (R6, the stored ``max_attempts``): no row above it
+- the attempt ceiling (R6, R18: each row's own ``max_attempts``): no row above it
   (``attempts_above_ceiling``) and no ``queued``/``retry_wait``/``waiting_dependency`` row at it,
   which no claim would ever select again (``stranded_at_ceiling``);
 - summary before completion (ADR-0037 D4): a ``completed`` run has a complete summary for its
@@ -75,7 +75,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from taskward.lifecycle import EDGES, REASON_CODES, TERMINAL, Status
-from taskward.settings import get_max_attempts
 from taskward.store.port import StateDB
 
 CODES: Final[Mapping[str, str]] = {
@@ -175,7 +174,6 @@ async def check_invariants(
     """
     if now is None:
         now = await db.now()
-    max_attempts = await get_max_attempts(db)
     outbox = await db.fetchone("check_table_exists", {"name": OUTBOX_TABLE})
     checks = [
         _check_admissions(db, acknowledged or {}),
@@ -184,7 +182,7 @@ async def check_invariants(
         _check_fact_chain(db),
         _check_fact_events(db),
         _check_fact_fields(db),
-        _check_attempts(db, max_attempts),
+        _check_attempts(db),
         _check_summaries(db, require_all=require_summaries),
     ]
     if outbox is not None and outbox["present"]:
@@ -357,11 +355,11 @@ async def _check_fact_fields(db: StateDB) -> list[Violation]:
     return found
 
 
-async def _check_attempts(db: StateDB, max_attempts: int) -> list[Violation]:
+async def _check_attempts(db: StateDB) -> list[Violation]:
     found: list[Violation] = []
-    rows = await db.fetchall("check_attempts", {"max_attempts": max_attempts, "idle": _json(_IDLE)})
+    rows = await db.fetchall("check_attempts", {"idle": _json(_IDLE)})
     for row in rows:
-        attempts = row["lease_attempts"]
+        attempts, max_attempts = row["lease_attempts"], row["max_attempts"]
         if attempts > max_attempts:
             found.append(
                 Violation(

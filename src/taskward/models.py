@@ -96,6 +96,16 @@ class TaskApplication:
     required_capabilities: list[str] = field(default_factory=list)
     library_ref: str | None = None
     library_content_hash: str | None = None
+    # DESIGN.md R15: keyword fields after the records' own, each with a default that leaves the
+    # application's hash exactly as ADR-0072 D2 computes it (admission.application_hash_of).
+    run_after: float | None = None
+    """R16: epoch seconds before which no claim takes the task (None: as soon as possible)."""
+    priority: int = 0
+    """R17: -100..100, higher first; equal priorities keep the oldest-first order."""
+    max_attempts: int | None = None
+    """R18: 1..100, this task's attempt ceiling (None: its kind's default, else the queue's)."""
+    limit_key: str | None = None
+    """R20: a limit key beside the implicit ``kind:<action_kind>`` (e.g. ``tenant:acme``)."""
 
 
 M = TypeVar("M", bound=BaseModel)

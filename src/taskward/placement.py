@@ -6,12 +6,14 @@ Nothing is stored: the answer is derived from the row, the live workers' adverti
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 from taskward.capabilities import capability_class, worker_can_serve
 from taskward.claims import DEFAULT_HEARTBEAT_TTL_SECONDS
+from taskward.claims.limits import LimitState, row_keys
 from taskward.errors import TaskNotFound
-from taskward.settings import get_max_attempts
 from taskward.store.port import StateDB
 
 
@@ -32,12 +34,22 @@ async def placement_reason(
         now = await db.now()
     if row["cancel_requested_at"] is not None:
         return {"claimable": False, "reason": "a cancellation request is pending"}
-    max_attempts = await get_max_attempts(db)
+    max_attempts = row["max_attempts"]  # R18: the ceiling stored on the row at admission
     if row["lease_attempts"] >= max_attempts:
         return {
             "claimable": False,
             "reason": f"at the attempt ceiling ({row['lease_attempts']}/{max_attempts})",
         }
+    if row["run_after"] is not None and row["queued_at"] > now:  # R16: not due yet
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row["queued_at"]))
+        return {
+            "claimable": False,
+            "reason": f"delayed: runs at {at} (run_after)",
+            "runs_at": row["queued_at"],
+        }
+    held = await _held_by_limit(db, row, now)
+    if held is not None:
+        return held
     workers = await db.fetchall("worker_live_list", {"now": now, "heartbeat_ttl": heartbeat_ttl})
     if not workers:
         return {
@@ -85,3 +97,27 @@ async def placement_reason(
         "reason": f"claimable by {len(able)} live worker(s)",
         "workers": sorted(w["worker_id"] for w in able),
     }
+
+
+async def _held_by_limit(db: StateDB, row: dict[str, Any], now: float) -> dict[str, Any] | None:
+    """R20: the first of the row's limit keys that admits no claim now, as a placement reason."""
+    keys = row_keys(row)
+    states = await db.fetchall("limit_state", {"keys": json.dumps(list(keys)), "now": now})
+    for found in sorted(states, key=lambda r: keys.index(r["limit_key"])):
+        state = LimitState.of(found)
+        if state.free > 0:
+            continue
+        if state.max_running == 0:
+            why = f"held by limit {state.limit_key}: paused (max_running 0)"
+        elif state.max_running is not None and state.running >= state.max_running:
+            why = (
+                f"held by limit {state.limit_key}: {state.running} running of at most "
+                f"{state.max_running}"
+            )
+        else:
+            why = (
+                f"held by limit {state.limit_key}: {state.recent} claims in the last "
+                f"{state.period_s:g}s of at most {state.rate}"
+            )
+        return {"claimable": False, "reason": why, "limit_key": state.limit_key}
+    return None

@@ -219,13 +219,12 @@ class WorkerRuntime:
 
     async def _has_claimable(self) -> bool:
         from taskward.claims import find_candidates
-        from taskward.settings import get_max_attempts
 
-        max_attempts = await get_max_attempts(self.db)
-        # any retry_wait row will come back: burst mode waits for it
+        # any retry_wait row will come back: burst mode waits for it; a delayed row (R16) not
+        # yet due does not keep a burst worker (its queue is drained of what is due)
         due = await self.db.fetchall("run_due_retries", {"now": float("inf"), "limit": 1})
         return bool(due) or bool(
-            await find_candidates(self.db, self.spec, limit=1, max_attempts=max_attempts)
+            await find_candidates(self.db, self.spec, limit=1, now=await self.db.now())
         )
 
     def drain(self, reason: str = "signal") -> None:

@@ -52,6 +52,12 @@ EXPECTED_RUN_COLUMNS = {
     "deadline_at",
     "cancel_requested_at",
     "cancel_requested_by",
+    # DESIGN.md R15-R18, R20 (migration 0011); claim_rank is -priority, generated
+    "run_after",
+    "priority",
+    "claim_rank",
+    "max_attempts",
+    "limit_key",
 }
 EXPECTED_FACT_COLUMNS = {
     "id",
@@ -77,6 +83,7 @@ EXPECTED_INDEXES = {
     "idx_schedule_runs_idempotency",
     "idx_schedule_runs_running_concurrency",
     "idx_status_transitions_idempotency",
+    "idx_schedule_runs_claim_rank",
 }
 
 
@@ -86,7 +93,8 @@ async def _columns(db: StateDB, url: str, table: str) -> set[str]:
 
         path = url.split("?", 1)[0][len("sqlite:///") :]
         with sqlite3.connect(path) as conn:
-            return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+            # table_xinfo: generated columns too (table_info leaves them out)
+            return {r[1] for r in conn.execute(f"PRAGMA table_xinfo({table})")}
     async with await psycopg.AsyncConnection.connect(url) as conn:
         cur = await conn.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_name = %s "

@@ -41,6 +41,10 @@ def run_params(**changes: Any) -> dict[str, Any]:
         "admission_source": "library",
         "chain_parent_id": None,
         "chain_depth": 0,
+        "run_after": None,
+        "priority": 0,
+        "max_attempts": None,
+        "limit_key": None,
     }
     params.update(changes)
     return params

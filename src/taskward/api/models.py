@@ -55,6 +55,29 @@ class TaskSubmission(BaseModel):
     required_capabilities: list[str] = Field(default_factory=list)
     library_ref: str | None = None
     library_content_hash: str | None = None
+    # DESIGN.md R15: strict, so a string or a bool is the library's 422 naming the field, never
+    # silently coerced; the ranges are the library's (admission.check_*).
+    run_after: float | None = Field(
+        default=None,
+        strict=True,
+        description="R16: epoch seconds before which no worker starts the task.",
+    )
+    delay_s: float | None = Field(
+        default=None,
+        strict=True,
+        description="R16, a convenience: run_after = now + delay_s. A retry with the same key "
+        "keeps the first request's run_after (not both with run_after).",
+    )
+    priority: int = Field(default=0, strict=True, description="R17: -100..100, higher first.")
+    max_attempts: int | None = Field(
+        default=None,
+        strict=True,
+        description="R18: this task's attempt ceiling, 1..100 (default: its kind's, else the "
+        "queue's).",
+    )
+    limit_key: str | None = Field(
+        default=None, description="R20: a limit key (tenant:acme) beside kind:<action_kind>."
+    )
 
 
 class SubmitResult(BaseModel):
@@ -199,3 +222,37 @@ class Problem(BaseModel):
     status: int
     detail: str
     instance: str | None = None
+
+
+class LimitIn(BaseModel):
+    """A key's limit (R20): at least one of max_running or rate (with period_s)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"max_running": 3}, {"rate": 100, "period_s": 60}]},
+    )
+
+    max_running: int | None = Field(
+        default=None, strict=True, description="At most this many running at once (0 pauses)."
+    )
+    rate: int | None = Field(default=None, strict=True, description="At most this many starts…")
+    period_s: float | None = Field(default=None, strict=True, description="…per this period.")
+
+
+class LimitOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    limit_key: str
+    max_running: int | None
+    rate: int | None
+    period_s: float | None
+    paused: bool
+    running: int = Field(description="Tasks of the key running now.")
+    recent: int = Field(description="Starts in the rate's window.")
+    free: int = Field(description="How many more starts the key admits now.")
+    updated_at: float
+    updated_by: str | None
+
+
+class LimitList(BaseModel):
+    limits: list[LimitOut]

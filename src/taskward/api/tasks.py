@@ -12,7 +12,7 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response
 
-from taskward.admission import admit_task
+from taskward.admission import admit_task, run_after_for_delay
 from taskward.api.models import (
     STATUS_ENUM,
     TARGET_ENUM,
@@ -147,16 +147,26 @@ async def submit(
     """
     services = services_of(request)
     key, generated = _choose_key(body.idempotency_key, idempotency_key)
-    app = TaskApplication(
-        action_kind=body.action_kind,
-        args=body.args,
-        execution_target=body.execution_target,
-        idempotency_key=key,
-        required_capabilities=list(body.required_capabilities),
-        library_ref=body.library_ref,
-        library_content_hash=body.library_content_hash,
-    )
+    run_after = body.run_after
     try:
+        if body.delay_s is not None:
+            if run_after is not None:
+                raise TaskValidationError("delay_s", body.delay_s, "run_after or delay_s, not both")
+            # R16: resolved against the key, so a retried request replays
+            run_after = await run_after_for_delay(db, key, body.delay_s)
+        app = TaskApplication(
+            action_kind=body.action_kind,
+            args=body.args,
+            execution_target=body.execution_target,
+            idempotency_key=key,
+            required_capabilities=list(body.required_capabilities),
+            library_ref=body.library_ref,
+            library_content_hash=body.library_content_hash,
+            run_after=run_after,
+            priority=body.priority,
+            max_attempts=body.max_attempts,
+            limit_key=body.limit_key,
+        )
         admission = await admit_task(db, app, registry=services.registry, admission_source="http")
     except TaskValidationError:
         services.metrics.record_admission("rejected")

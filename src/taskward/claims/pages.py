@@ -1,6 +1,7 @@
 """A claim pass's candidates (ADR-0071 D5, R7): ``run_claim_page`` read page by page on a
-``(queued_at, id)`` keyset, at most ``CLAIM_SCAN_CAP`` rows a scan, and ordered by affinity.
-Reads only: the pass that claims them is ``passes``.
+``(claim_rank, queued_at, id)`` keyset (R17: priority first, then oldest), only rows due at the
+pass's time (R16), at most ``CLAIM_SCAN_CAP`` rows a scan, and ordered by affinity within what
+was read. Reads only: the pass that claims them is ``passes``.
 """
 
 from __future__ import annotations
@@ -9,20 +10,23 @@ from typing import Any, Final
 
 from taskward.capabilities import affinity_score
 from taskward.claims.spec import WorkerSpec
-from taskward.settings import DEFAULT_MAX_ATTEMPTS
 from taskward.store.port import Row, StateDB, Tx
 
 CLAIM_PAGE_SIZE: Final = 50
 CLAIM_SCAN_CAP: Final = 5000
 
-Cursor = tuple[float | None, str | None]
+# Where the next page starts: the last row's (claim_rank, queued_at, id); all None: the start.
+Cursor = tuple[int | None, float | None, str | None]
+START: Final[Cursor] = (None, None, None)
+NO_LIMITS: Final = "[]"
 
 
 async def find_candidates(
-    db: StateDB | Tx, spec: WorkerSpec, *, limit: int, max_attempts: int
+    db: StateDB | Tx, spec: WorkerSpec, *, limit: int, now: float
 ) -> list[Row]:
-    """Eligible queued rows in claim order (affinity first, then oldest)."""
-    candidates, _ = await _find(db, spec, limit=limit, max_attempts=max_attempts)
+    """Eligible queued rows due at ``now``, in claim order (affinity first, then priority, then
+    oldest)."""
+    candidates, _ = await _find(db, spec, limit=limit, now=now)
     return candidates
 
 
@@ -31,13 +35,15 @@ async def _find(
     spec: WorkerSpec,
     *,
     limit: int,
-    max_attempts: int,
-    after: Cursor = (None, None),
+    now: float,
+    after: Cursor = START,
     first_page: list[Row] | None = None,
+    page_filter: dict[str, Any] | None = None,
 ) -> tuple[list[Row], Cursor | None]:
     """``find_candidates`` from ``after`` on; also returns where the next scan would start
     (None when the queue was read to its end). ``first_page``: the first page, already read
-    (``_page_params`` with ``_first_page_size``)."""
+    (``_page_params`` with ``_first_page_size``); ``page_filter``: the spec's, less what limits
+    hold (``claims.limits``)."""
     candidates: list[Row] = []
     scanned = 0
     cursor = after
@@ -48,7 +54,9 @@ async def _find(
         if first_page is not None:
             page, first_page = first_page, None
         else:
-            params = _page_params(spec, max_attempts, cursor, page_size, limit - len(candidates))
+            params = _page_params(
+                spec, now, cursor, page_size, limit - len(candidates), page_filter
+            )
             page = await db.fetchall("run_claim_page", params)
         scanned += len(page)
         # Only the rows the page locked for this pass: the others are held by another claimer,
@@ -56,12 +64,13 @@ async def _find(
         # check), or they lie beyond the rows it asked to lock.
         candidates.extend(row for row in page if row["locked"] and spec.serves(row))
         if page:
-            cursor = (page[-1]["queued_at"], page[-1]["id"])
+            last = page[-1]
+            cursor = (last["claim_rank"], last["queued_at"], last["id"])
         if len(page) < page_size:
             more = False
             break
         page_size = CLAIM_PAGE_SIZE
-    # Stable sort: descending affinity, the SQL's oldest-first order kept for ties.
+    # Stable sort: descending affinity, the SQL's priority-then-oldest order kept for ties.
     candidates.sort(
         key=lambda r: -affinity_score(r.get("required_capabilities"), spec.capabilities)
     )
@@ -78,18 +87,24 @@ def _first_page_size(spec: WorkerSpec, limit: int) -> int:
 
 
 def _page_params(
-    spec: WorkerSpec, max_attempts: int | None, cursor: Cursor, page_size: int, wanted: int
+    spec: WorkerSpec,
+    now: float,
+    cursor: Cursor,
+    page_size: int,
+    wanted: int,
+    page_filter: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``run_claim_page``'s parameters; ``max_attempts`` None reads the stored ceiling.
+    """``run_claim_page``'s parameters at ``now`` (R16: only rows due then).
 
-    The page locks at most ``wanted`` rows, the oldest this worker serves; a worker that ranks
+    The page locks at most ``wanted`` rows, the first this worker serves; a worker that ranks
     by affinity locks every row of the page it serves, as it may claim any of them."""
     return {
-        "max_attempts": max_attempts,
-        "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
-        **spec.page_filter,
-        "cursor_queued_at": cursor[0],
-        "cursor_id": cursor[1],
+        "now": now,
+        **(spec.page_filter if page_filter is None else page_filter),
+        "held": NO_LIMITS if page_filter is None else page_filter.get("held", NO_LIMITS),
+        "cursor_rank": cursor[0],
+        "cursor_queued_at": cursor[1],
+        "cursor_id": cursor[2],
         "page_size": page_size,
         "lock": page_size if spec.ranked else wanted,
     }

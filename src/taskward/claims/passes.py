@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
-from taskward.claims.pages import Cursor, _find, _first_page_size, _page_params
+from taskward.claims.limits import PassLimits
+from taskward.claims.pages import START, Cursor, _find, _first_page_size, _page_params
 from taskward.claims.spec import (
     MAX_TASK_TIMEOUT_SECONDS,
     Claimed,
@@ -17,7 +18,6 @@ from taskward.claims.spec import (
     _claim_parts,
 )
 from taskward.groupcommit import GroupCommit
-from taskward.settings import DEFAULT_MAX_ATTEMPTS
 from taskward.store.port import Row, StateDB, Tx
 from taskward.transitions import LostToConcurrencyKey, apply
 from taskward.transitions.claim import ClaimedRows, ClaimItem, claim_first_page
@@ -162,7 +162,6 @@ def pass_call(spec: WorkerSpec, limit: int, now: float) -> PassCall | None:
         "heartbeat_ttl": spec.heartbeat_ttl,
         "now": now,
         **spec.page_filter,
-        "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
         "page_size": page_size,
         "lock": limit,
         # R5, as _claim_parts computes it in Python.
@@ -214,45 +213,66 @@ def pass_claimed(
 
 async def _claim_paged(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
     """The paged pass: candidates page by page (affinity-ranked, serialization keys one by
-    one), then their claims set-based (``_claim_in``)."""
-    # The context and the first page in one round trip: the page reads the stored ceiling
-    # itself, the same value the context reports (R6).
-    [context], first_page = await tx.fetchall_batch(
+    one, limits counted under their keys' locks), then their claims set-based (``_claim_in``)."""
+    # The context, the first page and the limits in force in one round trip (R20: the table is
+    # usually empty, and then nothing below changes).
+    now = tx.now
+    [context], first_page, limit_rows = await tx.fetchall_batch(
         [
-            ("claim_context", {"worker_id": spec.worker_id, "now": tx.now}),
+            ("claim_context", {"worker_id": spec.worker_id, "now": now}),
             (
                 "run_claim_page",
-                _page_params(spec, None, (None, None), _first_page_size(spec, limit), limit),
+                _page_params(spec, now, START, _first_page_size(spec, limit), limit),
             ),
+            ("limit_state", {"keys": None, "now": now}),
         ]
     )
     last = context["last_heartbeat_at"]
-    if last is not None and tx.now - float(last) > spec.heartbeat_ttl:
+    if last is not None and now - float(last) > spec.heartbeat_ttl:
         return []  # a known worker with a stale heartbeat claims nothing (ADR-0071 D4)
-    max_attempts = int(context["max_attempts"] or DEFAULT_MAX_ATTEMPTS)
+    limits = PassLimits.of(limit_rows)
+    page_filter = None
+    page: list[Row] | None = first_page
     claimed: list[Claimed] = []
     blocked: set[str] | None = None
-    after: Cursor | None = (None, None)
-    page: list[Row] | None = first_page
+    after: Cursor | None = START
     for _ in range(CONTENDED_RESCANS + 1):
+        if limits is not None:
+            narrowed = limits.page_filter(spec)
+            if narrowed is not None and narrowed != page_filter:
+                # What a held key would have filled the page with is read past, in SQL.
+                page_filter, page = narrowed, None
+            if page_filter is not None and page_filter["kinds"] == "[]":
+                break  # every kind this worker serves is paused or at its limit
         wanted = limit - len(claimed)
         candidates, after = await _find(
             tx,
             spec,
             limit=wanted,
-            max_attempts=max_attempts,
-            after=after or (None, None),
+            now=now,
+            after=after or START,
             first_page=page,
+            page_filter=page_filter,
         )
         page = None
-        if not candidates:
+        found = len(candidates)
+        if limits is not None:
+            candidates = await limits.admit(tx, candidates)
+        # A limit that held some candidates: the rows past them may belong to other keys, so
+        # the pass reads on (its next page leaves the held keys out, in SQL).
+        held_some = len(candidates) < found
+        got: list[Claimed] = []
+        if candidates:
+            if blocked is None and any(r.get("concurrency_key") for r in candidates):
+                rows = await tx.fetchall("run_running_concurrency_keys")
+                blocked = {r["concurrency_key"] for r in rows}
+            got = await _claim_in(tx, spec, candidates, blocked or set(), limit=wanted)
+            if limits is not None:
+                await limits.record(tx, [claim.row for claim in got])
+            claimed += got
+        if len(claimed) >= limit or after is None:
             break
-        if blocked is None and any(r.get("concurrency_key") for r in candidates):
-            rows = await tx.fetchall("run_running_concurrency_keys")
-            blocked = {r["concurrency_key"] for r in rows}
-        got = await _claim_in(tx, spec, candidates, blocked or set(), limit=wanted)
-        claimed += got
-        if not _contended(got, candidates, wanted) or after is None:
+        if not held_some and (not candidates or not _contended(got, candidates, wanted)):
             break
     return claimed
 

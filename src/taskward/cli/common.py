@@ -7,6 +7,7 @@ import dataclasses
 import gc
 import importlib
 import json
+import math
 import os
 import sys
 import threading
@@ -14,6 +15,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 import click
@@ -79,6 +81,48 @@ def generated_key() -> str:
 
 def operator() -> Actor:
     return Actor(type="operator", id=os.environ.get("USER") or os.environ.get("USERNAME") or "cli")
+
+
+_DURATION_UNITS: dict[str, float] = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+DURATION_ALLOWED = "a duration such as 90, 30s, 5m, 2h or 1d (a bare number is seconds)"
+
+
+def parse_duration(option: str, text: str) -> float:
+    """``30s``, ``5m``, ``2h``, ``1d`` or a bare number of seconds, as seconds (>= 0)."""
+    raw = text.strip().lower()
+    unit = _DURATION_UNITS.get(raw[-1:]) if raw else None
+    number = raw[:-1] if unit is not None else raw
+    try:
+        value = float(number) * (unit or 1.0)
+    except ValueError:
+        raise TaskValidationError(option, text, DURATION_ALLOWED) from None
+    if not math.isfinite(value) or value < 0:
+        raise TaskValidationError(option, text, DURATION_ALLOWED)
+    return value
+
+
+RUN_AFTER_ALLOWED = (
+    "an ISO 8601 time such as 2026-12-24T18:00:00Z or 2026-12-24T19:00+01:00 (without a "
+    "zone: UTC), or epoch seconds"
+)
+
+
+def parse_time(option: str, text: str) -> float:
+    """An ISO 8601 time (a naive one is UTC) or epoch seconds, as epoch seconds."""
+    raw = text.strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        try:
+            when = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise TaskValidationError(option, text, RUN_AFTER_ALLOWED) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return when.timestamp()
+    if not math.isfinite(value):
+        raise TaskValidationError(option, text, RUN_AFTER_ALLOWED)
+    return value
 
 
 def parse_args(text: str) -> dict[str, Any]:

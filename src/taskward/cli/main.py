@@ -5,6 +5,7 @@ No SQL and no dialect here; errors become exit codes in ``taskward.cli.errors`` 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from taskward import (
     request_task_cancel,
     submit_task,
 )
-from taskward.admission import validate_application
+from taskward.admission import run_after_for_delay, validate_application
 from taskward.cancellation import validate_cancel_request
 from taskward.cli.common import (
     CliState,
@@ -31,6 +32,8 @@ from taskward.cli.common import (
     json_option,
     operator,
     parse_args,
+    parse_duration,
+    parse_time,
     pass_state,
     registry_for,
     template_options,
@@ -55,6 +58,9 @@ DEFAULT_LIST_LIMIT = 20
         "up": "taskward.cli.serve_cmd:up",
         "schedule": "taskward.cli.schedule_cmd:schedule",
         "outbox": "taskward.cli.outbox_cmd:outbox",
+        "limit": "taskward.cli.limit_cmd:limit",
+        "pause": "taskward.cli.limit_cmd:pause",
+        "resume": "taskward.cli.limit_cmd:resume",
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -118,6 +124,25 @@ def task() -> None:
     help="Idempotency key; resubmitting with the same key is safe. "
     "Generated and printed when omitted.",
 )
+@click.option(
+    "--run-after",
+    metavar="TIME",
+    help="Not before TIME: ISO 8601 (2026-12-24T18:00:00Z; no zone: UTC) or epoch seconds.",
+)
+@click.option(
+    "--delay",
+    metavar="DURATION",
+    help="Not before now + DURATION (30s, 5m, 2h, 1d). A retry with the same --key keeps "
+    "the first try's time.",
+)
+@click.option("--priority", type=int, default=0, show_default=True, help="-100..100, higher first.")
+@click.option(
+    "--max-attempts",
+    type=int,
+    metavar="N",
+    help="This task's attempt ceiling, 1..100 (default: its kind's, else the queue's).",
+)
+@click.option("--limit-key", metavar="KEY", help="A limit key, e.g. tenant:acme (taskward limit).")
 @json_option
 @pass_state
 def task_submit(
@@ -129,12 +154,20 @@ def task_submit(
     key: str | None,
     library_ref: str | None,
     library_hash: str | None,
+    run_after: str | None,
+    delay: str | None,
+    priority: int,
+    max_attempts: int | None,
+    limit_key: str | None,
 ) -> None:
     """Submit a task of action KIND and print its id."""
     out = state.output
     args = parse_args(args_text)
     registry = registry_for(state)
     generated = key is None
+    if run_after is not None and delay is not None:
+        raise click.UsageError("give --run-after or --delay, not both")
+    delay_s = parse_duration("--delay", delay) if delay is not None else None
     # ADR-0072 D1: the CLI generates a key only when the caller omits one.
     app = TaskApplication(
         action_kind=kind,
@@ -144,6 +177,10 @@ def task_submit(
         required_capabilities=list(capabilities),
         library_ref=library_ref,
         library_content_hash=library_hash,
+        run_after=parse_time("--run-after", run_after) if run_after is not None else None,
+        priority=priority,
+        max_attempts=max_attempts,
+        limit_key=limit_key,
     )
     validate_application(app, registry)  # bad input exits 2 before a key is announced
     if generated:
@@ -155,7 +192,11 @@ def task_submit(
         )
 
     async def work(db: StateDB) -> str:
-        return await submit_task(db, app, registry=registry, admission_source="cli")
+        submitted = app
+        if delay_s is not None:  # R16: resolved against the key, so a retry replays
+            at = await run_after_for_delay(db, app.idempotency_key, delay_s)
+            submitted = dataclasses.replace(app, run_after=at)
+        return await submit_task(db, submitted, registry=registry, admission_source="cli")
 
     task_id = with_db(state.db_url, work)
     if out.is_json:

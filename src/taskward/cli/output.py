@@ -56,7 +56,7 @@ def _value(name: str, value: Any) -> Text:
         return Text("-", style="dim")
     if isinstance(value, dict | list):
         return Text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
-    if name.endswith("_at") and isinstance(value, int | float):
+    if (name.endswith("_at") or name == "run_after") and isinstance(value, int | float):
         return Text(f"{format_time(value)}  ({value})")
     return Text(str(value))
 

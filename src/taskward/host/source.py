@@ -51,7 +51,6 @@ from taskward.host.ports import SummaryNotWritten, SummaryStore
 from taskward.host.summaries import LocalSummaryStore
 from taskward.models import TransitionResult
 from taskward.registry import CancellationToken, TaskExecutionResult
-from taskward.settings import get_max_attempts
 from taskward.store.port import Row, StateDB
 
 log = logging.getLogger("taskward.host.source")
@@ -228,8 +227,8 @@ class LocalTaskSource:
             assert claim is not None
             row = claim.row  # this source's own lease: the guard below judges ownership (R4)
         lease = presented_lease(row, holder, attempt, claim)
-        # The ceiling only matters for a failure (retry or dead-letter); read it then (R6).
-        max_attempts = await get_max_attempts(self.db) if failure is not None else 0
+        # The ceiling only matters for a failure (retry or dead-letter): the row's own (R18).
+        max_attempts = int(row["max_attempts"]) if failure is not None else 0
         execution = claim.result if claim is not None and ours else None
         outcome, resolved = recorded(
             lambda now: host_outcome(

@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from taskward.adapters import AdapterConfig, build_registry
-from taskward.api import operations, tasks
+from taskward.api import limits, operations, tasks
 from taskward.dashboard import mount_dashboard
 from taskward.http import system
 from taskward.http.guards import RequestGuards
@@ -132,6 +132,7 @@ def create_app(
     app.include_router(tasks.workers_router)
     app.include_router(operations.schedules_router)
     app.include_router(operations.outbox_router)
+    app.include_router(limits.limits_router)
     app.include_router(system.router)
     mount_dashboard(app)
     app.add_middleware(

@@ -1,5 +1,5 @@
-"""Background maintenance (ADR-0072 D5, R5, R6): recovery of expired leases, due retries, rows
-stranded at a lowered attempt ceiling, and overdue deadlines. Status changes only through
+"""Background maintenance (ADR-0072 D5, R5, R6): recovery of expired leases, due retries and
+overdue deadlines. Status changes only through
 ``transition_task``; nothing moves because the clock moved: every move is a compare-and-swap a
 racing terminal write wins or loses, never both, under a key deterministic per row and attempt,
 so two reapers racing converge on one fact (the second sees a replay).
@@ -14,13 +14,13 @@ The named requests, guards and patches of every maintenance edge are the one wri
 - ``service`` -> ``edges``: the ``run_once`` shape (``MaintenanceService``), ``REAP_BATCH``, and
   ``write_edge``, which applies one edge and counts it only if this call wrote it.
 - ``leases`` -> ``service``, ``edges``: ``LeaseReaper``, ``running -> retry_wait | failed``.
-- ``ceiling`` -> ``service``, ``edges``: ``CeilingSweeper``, the sweep once per ceiling change
-  (``settings.SWEPT_CEILING``), and ``skip_at_ceiling``.
+- ``ceiling`` -> ``service``, ``edges``: ``skip_at_ceiling``, the end of an idle row at its own
+  attempt ceiling (R18: a row carries its ceiling, so lowering the queue's strands nothing).
 - ``retries`` -> ``ceiling``, ``service``, ``edges``: ``RetryPromoter``, ``retry_wait -> queued |
   cancelled``, then the skip of a row it queued at the ceiling (read after its promotions).
 - ``deadlines`` -> ``service``, ``edges``: ``DeadlineReaper``, ``running -> timed_out``.
-- ``composite`` -> the services: ``Maintenance``, which runs leases, retries and the ceiling
-  sweep in that order (``recover_once``) and then the deadlines (``run_once``), and the
+- ``composite`` -> the services: ``Maintenance``, which runs leases, then retries
+  (``recover_once``) and then the deadlines (``run_once``), and the
   function surface of before (``reap_expired_leases`` and the rest), one call into each.
 - ``reaper``: re-exports that function surface where it has always been imported from.
 
@@ -29,10 +29,8 @@ once a dependency ends) joins as one more module with the same ``run_once`` shap
 of ``Maintenance``.
 """
 
-from taskward.maintenance.ceiling import CeilingSweeper
 from taskward.maintenance.composite import (
     Maintenance,
-    end_stranded_at_ceiling,
     promote_due_retries,
     reap_deadlines,
     reap_expired_leases,
@@ -47,14 +45,12 @@ __all__ = [
     "DEFAULT_DEADLINE_GRACE_SECONDS",
     "REAPER",
     "REAP_BATCH",
-    "CeilingSweeper",
     "DeadlineReaper",
     "Edge",
     "LeaseReaper",
     "Maintenance",
     "MaintenanceService",
     "RetryPromoter",
-    "end_stranded_at_ceiling",
     "promote_due_retries",
     "reap_deadlines",
     "reap_expired_leases",

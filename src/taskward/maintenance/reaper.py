@@ -1,10 +1,10 @@
 """The reapers' function surface where it has always been imported from (the worker, the
 runtime, the CLI and tests): re-exports only. The services live beside it (see the package
-docstring): ``leases``, ``retries``, ``ceiling``, ``deadlines``, run in order by ``composite``.
+docstring): ``leases``, ``retries`` (with ``ceiling``), ``deadlines``, run in order by
+``composite``.
 """
 
 from taskward.maintenance.composite import (
-    end_stranded_at_ceiling,
     promote_due_retries,
     reap_deadlines,
     reap_expired_leases,
@@ -17,7 +17,6 @@ __all__ = [
     "DEFAULT_DEADLINE_GRACE_SECONDS",
     "REAPER",
     "REAP_BATCH",
-    "end_stranded_at_ceiling",
     "promote_due_retries",
     "reap_deadlines",
     "reap_expired_leases",

@@ -10,16 +10,16 @@ from typing import NamedTuple
 from taskward.lifecycle import Status
 from taskward.maintenance.ceiling import skip_at_ceiling
 from taskward.maintenance.service import REAP_BATCH, write_edge
-from taskward.settings import get_max_attempts
 from taskward.store.port import StateDB
 from taskward.transitions import recovery as edges
 
 
 class Promoted(NamedTuple):
-    """What one promotion wrote: counts, and (task id, attempts) of every row it queued."""
+    """What one promotion wrote: counts, and (task id, attempts, the row's ceiling) of every row
+    it queued."""
 
     counts: dict[str, int]
-    queued: list[tuple[str, int]]
+    queued: list[tuple[str, int, int]]
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class RetryPromoter:
     limit: int = REAP_BATCH
 
     async def run_once(self, db: StateDB, *, now: float | None = None) -> dict[str, int]:
-        """Promote the due retries, then skip those queued at or above the stored ceiling.
+        """Promote the due retries, then skip those queued at or above their own ceiling (R18).
 
         Returns:
             ``{"queued": n, "cancelled": n, "skipped": n}``; a promoted row then skipped counts
@@ -39,23 +39,19 @@ class RetryPromoter:
             now = await db.now()
         promoted = await self.promote(db, now=now)
         skipped = 0
-        if promoted.queued:
-            # Read the ceiling after the promotions committed: a ceiling lowered before this
-            # read is applied here, one lowered after it finds these rows queued in its sweep.
-            ceiling = await get_max_attempts(db)
-            for task_id, attempts in promoted.queued:
-                if attempts >= ceiling:
-                    skipped += await skip_at_ceiling(
-                        db, task_id, Status.QUEUED.value, attempts, ceiling, now=now
-                    )
+        for task_id, attempts, ceiling in promoted.queued:
+            if attempts >= ceiling:
+                skipped += await skip_at_ceiling(
+                    db, task_id, Status.QUEUED.value, attempts, ceiling, now=now
+                )
         return {**promoted.counts, "skipped": skipped}
 
     async def promote(self, db: StateDB, *, now: float | None = None) -> Promoted:
-        """The promotion alone (``promote_due_retries``): no ceiling is read."""
+        """The promotion alone (``promote_due_retries``): no row is skipped."""
         if now is None:
             now = await db.now()
         counts = {"queued": 0, "cancelled": 0}
-        queued: list[tuple[str, int]] = []
+        queued: list[tuple[str, int, int]] = []
         for row in await db.fetchall("run_due_retries", {"now": now, "limit": self.limit}):
             if row["cancel_requested_at"] is not None:
                 edge, outcome = edges.retry_cancelled(row, now=now), "cancelled"
@@ -64,5 +60,5 @@ class RetryPromoter:
             if await write_edge(db, edge, now=now):
                 counts[outcome] += 1
                 if outcome == "queued":
-                    queued.append((row["id"], int(row["lease_attempts"])))
+                    queued.append((row["id"], int(row["lease_attempts"]), int(row["max_attempts"])))
         return Promoted(counts, queued)

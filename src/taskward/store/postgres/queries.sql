@@ -11,6 +11,9 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.u
 -- name: run_insert_if_new
 -- Admission (ADR-0072 D2, R8): insert a queued row unless the key exists; writes no fact.
 -- :chain_parent_id / :chain_depth: NULL and 0, except for an operator retry (R19).
+-- R16: queued_at is the later of the admission time and :run_after (GREATEST skips a NULL);
+-- R18: the effective ceiling is stored on the row, the application's or else the queue's
+-- setting (R6) read here, in the insert.
 -- One statement, its own transaction: the insert, the server clock (R9) and the wake-up of idle
 -- workers (NOTIFY, sent only when a row was inserted) in a single round trip. Its row count
 -- (1 or 0, the rows of the final SELECT) says whether it inserted; the caller made the id.
@@ -21,14 +24,19 @@ INSERT INTO schedule_runs (
   fired_at, created_at, queued_at, concurrency_key,
   required_capabilities, execution_target,
   library_ref, library_content_hash,
-  idempotency_key, application_hash, admission_source
+  idempotency_key, application_hash, admission_source,
+  run_after, priority, max_attempts, limit_key
 ) VALUES (
   :id, :schedule_id, NULL, :trigger_context::jsonb,
   :action_kind, :action_args::jsonb, 'queued', :chain_parent_id::text, :chain_depth::integer,
-  :now, :now, :now, :concurrency_key,
+  :now, :now, GREATEST(:now, :run_after::float8), :concurrency_key,
   :required_capabilities::jsonb, :execution_target,
   :library_ref, :library_content_hash,
-  :idempotency_key, :application_hash, :admission_source
+  :idempotency_key, :application_hash, :admission_source,
+  :run_after::float8, :priority::integer,
+  COALESCE(:max_attempts::integer,
+           (SELECT value::integer FROM queue_settings WHERE name = 'max_attempts'), 3),
+  :limit_key::text
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id
@@ -36,7 +44,10 @@ RETURNING id
 SELECT id, pg_notify('taskward_queued', '') AS notified FROM inserted;
 
 -- name: run_get_by_key
-SELECT id, application_hash FROM schedule_runs WHERE idempotency_key = :idempotency_key;
+-- The task holding a key: its application's hash (R8's replay check) and its run_after (a
+-- binding's delay resolved against a replay, admission.run_after_for_delay).
+SELECT id, application_hash, run_after FROM schedule_runs
+WHERE idempotency_key = :idempotency_key;
 
 -- name: run_get
 SELECT * FROM schedule_runs WHERE id = :id;
@@ -57,7 +68,8 @@ SELECT r.id, r.schedule_id, r.invocation_id, r.trigger_context, r.action_kind, r
   r.queued_at, r.leased_by, r.lease_expires_at, r.concurrency_key, r.lease_attempts,
   r.required_capabilities, r.execution_target, r.library_ref, r.library_content_hash,
   r.idempotency_key, r.application_hash, r.admission_source, r.retry_at, r.deadline_at,
-  r.cancel_requested_at, r.cancel_requested_by,
+  r.cancel_requested_at, r.cancel_requested_by, r.run_after, r.priority, r.claim_rank,
+  r.max_attempts, r.limit_key,
   CASE WHEN a.inline THEN r.action_args END AS action_args,
   CASE WHEN NOT a.inline THEN left((r.action_args - 'env')::text, :args_head_chars) END AS args_head,
   a.args_bytes
@@ -162,22 +174,20 @@ SELECT DISTINCT concurrency_key FROM schedule_runs
 WHERE status = 'running' AND concurrency_key IS NOT NULL;
 
 -- name: run_claim_page
--- One (queued_at, id) keyset page of claim candidates (ADR-0071 D4, R7): queued rows of any
--- origin whose kind this worker serves, below the attempt ceiling, with no pending cancellation.
--- The first :lock rows of the page that this worker serves (:targets, :capabilities; :soft
--- tokens never filter) and no other transaction holds come back locked (FOR UPDATE SKIP
--- LOCKED, locked = true): a claim pass needs no second round trip to lock them, and two
--- claimers never pick the same rows. taskward_claim_lock_page (migrations 0006, 0008) reads the
--- page with 0005's statement, which walks idx_schedule_runs_claim in order whatever the planner
--- statistics, and locks by primary key, the rows the pass asked for first.
--- A NULL max_attempts reads the stored ceiling (R6) here, so a pass's first page can travel in
--- the same round trip as claim_context.
+-- One (claim_rank, queued_at, id) keyset page of claim candidates (ADR-0071 D4, R7, R16-R18,
+-- R20): queued rows of any origin whose kind this worker serves (:kinds: the caller leaves out
+-- kinds whose limit is paused or saturated), due now (R16), highest priority first (R17), below
+-- the row's own attempt ceiling (R18), with no pending cancellation, whose limit key is not held
+-- (:held, R20). The first :lock rows of the page that this worker serves (:targets,
+-- :capabilities; :soft tokens never filter) and no other transaction holds come back locked
+-- (FOR UPDATE SKIP LOCKED, locked = true): a claim pass needs no second round trip to lock them,
+-- and two claimers never pick the same rows. taskward_claim_lock_page (migrations 0006, 0008,
+-- 0011) walks idx_schedule_runs_claim_rank in order whatever the planner statistics, and locks
+-- by primary key, the rows the pass asked for first.
 SELECT * FROM taskward_claim_lock_page(
-  COALESCE(:max_attempts::integer,
-           (SELECT value::integer FROM queue_settings WHERE name = 'max_attempts'),
-           :default_max_attempts::integer),
-  :kinds::jsonb, :targets::jsonb, :capabilities::jsonb, :soft::jsonb,
-  :cursor_queued_at::float8, :cursor_id::text, :page_size::bigint, :lock::bigint);
+  :now::float8, :kinds::jsonb, :targets::jsonb, :capabilities::jsonb, :soft::jsonb,
+  :held::jsonb, :cursor_rank::integer, :cursor_queued_at::float8, :cursor_id::text,
+  :page_size::bigint, :lock::bigint);
 
 -- name: run_claim_batch
 -- A claim pass's first page and its queued -> running transitions in one statement
@@ -186,8 +196,10 @@ SELECT * FROM taskward_claim_lock_page(
 -- what transitions.rows.audit_rows builds for the paged pass, row for row: a test compares them
 -- column by column).
 -- page: taskward_claim_lock_page's first page (0006, 0008), its served rows locked;
+-- limited: the keys that have a limit (R20; task_limits is small, usually empty);
 -- picked: the locked rows in page order, at most :limit, none once a locked row with a
---   serialization key comes (those need the paged pass's one-by-one claim, R7), none when this
+--   serialization key (R7) or a limited key (R20) comes: those need the paged pass, which
+--   claims them one by one and counts each limit under its lock; none when this
 --   worker's heartbeat is stale (ADR-0071 D4: a known worker with a stale heartbeat claims
 --   nothing);
 -- u: each row's own compare-and-swap (matched by primary key: the status it compares is a
@@ -208,14 +220,18 @@ SELECT * FROM taskward_claim_lock_page(
 WITH ctx AS MATERIALIZED (
   SELECT COALESCE((SELECT :now::float8 - last_heartbeat_at > :heartbeat_ttl::float8
                    FROM workers WHERE worker_id = :worker_id), false) AS stale
+), limited AS MATERIALIZED (
+  SELECT COALESCE(jsonb_agg(limit_key), '[]'::jsonb) AS keys FROM task_limits
 ), page AS MATERIALIZED (
   SELECT * FROM taskward_claim_lock_page(
-    COALESCE((SELECT value::integer FROM queue_settings WHERE name = 'max_attempts'),
-             :default_max_attempts::integer),
-    :kinds::jsonb, :targets::jsonb, :capabilities::jsonb, :soft::jsonb,
-    NULL, NULL, :page_size::bigint, :lock::bigint) WITH ORDINALITY AS p
+    :now::float8, :kinds::jsonb, :targets::jsonb, :capabilities::jsonb, :soft::jsonb,
+    '[]'::jsonb, NULL, NULL, NULL, :page_size::bigint, :lock::bigint) WITH ORDINALITY AS p
 ), first_keyed AS MATERIALIZED (
-  SELECT min(ordinality) AS at FROM page WHERE locked AND concurrency_key IS NOT NULL
+  SELECT min(ordinality) AS at FROM page, limited l
+  WHERE locked AND (concurrency_key IS NOT NULL
+                    OR (l.keys <> '[]'::jsonb
+                        AND (l.keys ? ('kind:' || action_kind)
+                             OR (limit_key IS NOT NULL AND l.keys ? limit_key))))
 ), picked AS MATERIALIZED (
   SELECT p.id AS g_id, :from_state::text AS g_status, p.lease_attempts AS g_lease_attempts,
          p.lease_attempts + 1 AS attempt,
@@ -344,8 +360,9 @@ SELECT u.id, u.fact_id, u.event_id, true AS fact_written
 FROM u;
 
 -- name: run_expired_leases
--- Running rows whose lease expired strictly before :now (R6).
-SELECT id, leased_by, lease_expires_at, lease_attempts, cancel_requested_at FROM schedule_runs
+-- Running rows whose lease expired strictly before :now (R6), with their own ceiling (R18).
+SELECT id, leased_by, lease_expires_at, lease_attempts, max_attempts, cancel_requested_at
+FROM schedule_runs
 WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at < :now
 ORDER BY lease_expires_at
 LIMIT :limit;
@@ -354,15 +371,15 @@ LIMIT :limit;
 -- retry_wait rows due now (retry_at <= :now, R6) or holding a cancellation request, at most
 -- :limit, by retry_at. Two ranges on partial indexes (0009), each bounded by :limit, so a tick
 -- costs what is due, not the whole retry_wait backlog; UNION drops a row found by both.
-SELECT id, retry_at, lease_attempts, cancel_requested_at FROM (
+SELECT id, retry_at, lease_attempts, max_attempts, cancel_requested_at FROM (
   SELECT * FROM (
-    SELECT id, retry_at, lease_attempts, cancel_requested_at FROM schedule_runs
+    SELECT id, retry_at, lease_attempts, max_attempts, cancel_requested_at FROM schedule_runs
     WHERE status = 'retry_wait' AND retry_at <= :now
     ORDER BY retry_at LIMIT :limit
   ) AS due_now
   UNION
   SELECT * FROM (
-    SELECT id, retry_at, lease_attempts, cancel_requested_at FROM schedule_runs
+    SELECT id, retry_at, lease_attempts, max_attempts, cancel_requested_at FROM schedule_runs
     WHERE status = 'retry_wait' AND cancel_requested_at IS NOT NULL
     ORDER BY retry_at LIMIT :limit
   ) AS cancel_requested
@@ -415,6 +432,69 @@ RETURNING session_key;
 
 -- name: summary_list_for_task
 SELECT * FROM task_summaries WHERE task_id = :task_id ORDER BY attempt;
+
+-- name: limit_state
+-- R20: the limits in force (all, or those of :keys, a JSON array; NULL: all), each with the
+-- rows of its key running now and, for a key with a rate, its claims in the window
+-- (:now - period_s, :now]. A key kind:<k> counts running rows of kind <k>; any other key the
+-- running rows that carry it. Running rows are few (at most the workers' slots).
+SELECT l.limit_key, l.max_running, l.rate, l.period_s, l.updated_at, l.updated_by,
+       CASE WHEN l.max_running IS NULL THEN 0 ELSE (
+         SELECT count(*) FROM schedule_runs r
+         WHERE r.status = 'running'
+           AND CASE WHEN substr(l.limit_key, 1, 5) = 'kind:'
+                    THEN r.action_kind = substr(l.limit_key, 6)
+                    ELSE r.limit_key = l.limit_key END) END AS running,
+       CASE WHEN l.rate IS NULL THEN 0 ELSE (
+         SELECT count(*) FROM task_limit_claims c
+         WHERE c.limit_key = l.limit_key AND c.claimed_at > :now::float8 - l.period_s) END AS recent
+FROM task_limits l
+WHERE :keys::jsonb IS NULL OR l.limit_key = ANY (ARRAY(SELECT jsonb_array_elements_text(:keys::jsonb)))
+ORDER BY l.limit_key;
+
+-- name: limit_get
+SELECT limit_key, max_running, rate, period_s, updated_at, updated_by FROM task_limits
+WHERE limit_key = :limit_key;
+
+-- name: limit_put
+-- An operator's limit on a key (R20): inserted, or replacing the key's limit whole.
+INSERT INTO task_limits (limit_key, max_running, rate, period_s, updated_at, updated_by)
+VALUES (:limit_key, :max_running::integer, :rate::integer, :period_s::float8, :now, :updated_by)
+ON CONFLICT (limit_key) DO UPDATE SET
+  max_running = excluded.max_running, rate = excluded.rate, period_s = excluded.period_s,
+  updated_at = excluded.updated_at, updated_by = excluded.updated_by;
+
+-- name: limit_delete
+DELETE FROM task_limits WHERE limit_key = :limit_key;
+
+-- name: limit_claims_delete
+-- A cleared limit's window of claims (R20): nothing counts them any more.
+DELETE FROM task_limit_claims WHERE limit_key = :limit_key;
+
+-- name: limit_claims_prune
+-- Claims of the keys in :keys (a JSON array) that left their key's window at :now; a claim pass
+-- prunes the keys it records claims for, so the log holds at most one window per key.
+DELETE FROM task_limit_claims
+WHERE limit_key IN (SELECT k FROM jsonb_array_elements_text(:keys::jsonb) AS t(k))
+  AND claimed_at <= :now::float8 - COALESCE(
+        (SELECT l.period_s FROM task_limits l WHERE l.limit_key = task_limit_claims.limit_key),
+        0);
+
+-- name: limit_lock
+-- R20: the limits of :keys (a JSON array) this claim pass may count and take, locked until it
+-- commits, so two claimers (two machines) never both count the same free slot: a key another
+-- pass holds is skipped (SKIP LOCKED: a claim pass never waits), and its rows wait for the
+-- next pass. The counts are read by the next statement (limit_state), whose snapshot is taken
+-- after these locks are held, so it sees every claim committed by the key's previous holder.
+SELECT limit_key FROM task_limits
+WHERE limit_key = ANY (ARRAY(SELECT jsonb_array_elements_text(:keys::jsonb)))
+ORDER BY limit_key
+FOR UPDATE SKIP LOCKED;
+
+-- name: limit_claim_insert_many
+-- Claims of keys with a rate (R20), logged in the claim's transaction.
+INSERT INTO task_limit_claims (limit_key, claimed_at, task_id)
+SELECT k, :now, t FROM unnest(:limit_key::text[], :task_id::text[]) AS r(k, t);
 
 -- name: claim_context
 -- Everything a claim pass reads before paging, in one round trip: the pass's time (the
@@ -797,12 +877,12 @@ WHERE r.id IS NULL
 GROUP BY f.entity_id;
 
 -- name: check_attempts
--- Runs above the attempt ceiling, and idle runs (:idle, JSON) stranded at it: no claim ever
--- selects them again and no path but a claim leads on (R6).
-SELECT id AS task_id, status, lease_attempts FROM schedule_runs
-WHERE lease_attempts > :max_attempts
+-- Runs above their own attempt ceiling (R18), and idle runs (:idle, JSON) stranded at it: no
+-- claim ever selects them again and no path but a claim leads on (R6).
+SELECT id AS task_id, status, lease_attempts, max_attempts FROM schedule_runs
+WHERE lease_attempts > max_attempts
    OR (status IN (SELECT jsonb_array_elements_text(:idle::jsonb))
-       AND lease_attempts >= :max_attempts);
+       AND lease_attempts >= max_attempts);
 
 -- name: check_completed_summaries
 -- Completed runs whose final attempt's summary ('<task-id>:<attempt>') is missing, not
@@ -954,24 +1034,31 @@ INSERT INTO schedule_runs (
   fired_at, created_at, queued_at, concurrency_key,
   required_capabilities, execution_target,
   library_ref, library_content_hash,
-  idempotency_key, application_hash, admission_source
+  idempotency_key, application_hash, admission_source,
+  run_after, priority, max_attempts, limit_key
 )
 SELECT r.id, r.schedule_id, NULL, r.trigger_context::jsonb,
        r.action_kind, r.action_args::jsonb, 'queued', r.chain_parent_id, r.chain_depth,
-       :now, :now, :now, r.concurrency_key,
+       :now, :now, GREATEST(:now, r.run_after), r.concurrency_key,
        r.required_capabilities::jsonb, r.execution_target,
        r.library_ref, r.library_content_hash,
-       r.idempotency_key, r.application_hash, r.admission_source
+       r.idempotency_key, r.application_hash, r.admission_source,
+       r.run_after, r.priority,
+       COALESCE(r.max_attempts,
+                (SELECT value::integer FROM queue_settings WHERE name = 'max_attempts'), 3),
+       r.limit_key
 FROM unnest(
   :id::text[], :schedule_id::text[], :trigger_context::text[], :action_kind::text[],
   :action_args::text[], :concurrency_key::text[], :required_capabilities::text[],
   :execution_target::text[], :library_ref::text[], :library_content_hash::text[],
   :idempotency_key::text[], :application_hash::text[], :admission_source::text[],
-  :chain_parent_id::text[], :chain_depth::integer[]
+  :chain_parent_id::text[], :chain_depth::integer[], :run_after::float8[],
+  :priority::integer[], :max_attempts::integer[], :limit_key::text[]
 ) AS r(
   id, schedule_id, trigger_context, action_kind, action_args, concurrency_key,
   required_capabilities, execution_target, library_ref, library_content_hash,
-  idempotency_key, application_hash, admission_source, chain_parent_id, chain_depth
+  idempotency_key, application_hash, admission_source, chain_parent_id, chain_depth,
+  run_after, priority, max_attempts, limit_key
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 

@@ -11,6 +11,9 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.u
 -- name: run_insert_if_new
 -- Admission (ADR-0072 D2, R8): insert a queued row unless the key exists; writes no fact.
 -- :chain_parent_id / :chain_depth: NULL and 0, except for an operator retry (R19).
+-- R16: queued_at is the later of the admission time and :run_after (a delayed row waits at the
+-- end of the claim order until it is due); R18: the effective ceiling is stored on the row, the
+-- application's or else the queue's setting (R6) read here, in the insert.
 -- One statement, its own transaction; its row count (1 or 0) says whether it inserted, and the
 -- caller made the id (RETURNING would cost SQLite a scratch table:
 -- docs/benchmarks.md#figures-that-justified-design-choices).
@@ -20,19 +23,27 @@ INSERT INTO schedule_runs (
   fired_at, created_at, queued_at, concurrency_key,
   required_capabilities, execution_target,
   library_ref, library_content_hash,
-  idempotency_key, application_hash, admission_source
+  idempotency_key, application_hash, admission_source,
+  run_after, priority, max_attempts, limit_key
 ) VALUES (
   :id, :schedule_id, NULL, :trigger_context,
   :action_kind, :action_args, 'queued', :chain_parent_id, :chain_depth,
-  :now, :now, :now, :concurrency_key,
+  :now, :now, max(:now, COALESCE(:run_after, :now)), :concurrency_key,
   :required_capabilities, :execution_target,
   :library_ref, :library_content_hash,
-  :idempotency_key, :application_hash, :admission_source
+  :idempotency_key, :application_hash, :admission_source,
+  :run_after, :priority,
+  COALESCE(:max_attempts,
+           (SELECT CAST(value AS INTEGER) FROM queue_settings WHERE name = 'max_attempts'), 3),
+  :limit_key
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
 -- name: run_get_by_key
-SELECT id, application_hash FROM schedule_runs WHERE idempotency_key = :idempotency_key;
+-- The task holding a key: its application's hash (R8's replay check) and its run_after (a
+-- binding's delay resolved against a replay, admission.run_after_for_delay).
+SELECT id, application_hash, run_after FROM schedule_runs
+WHERE idempotency_key = :idempotency_key;
 
 -- name: run_get
 SELECT * FROM schedule_runs WHERE id = :id;
@@ -52,6 +63,7 @@ SELECT id, schedule_id, invocation_id, trigger_context, action_kind, status, exi
   lease_expires_at, concurrency_key, lease_attempts, required_capabilities, execution_target,
   library_ref, library_content_hash, idempotency_key, application_hash, admission_source,
   retry_at, deadline_at, cancel_requested_at, cancel_requested_by,
+  run_after, priority, claim_rank, max_attempts, limit_key,
   CASE WHEN :full_args OR length(CAST(action_args AS BLOB)) <= :args_inline_bytes
     THEN action_args END AS action_args,
   CASE WHEN NOT (:full_args OR length(CAST(action_args AS BLOB)) <= :args_inline_bytes)
@@ -154,33 +166,38 @@ SELECT DISTINCT concurrency_key FROM schedule_runs
 WHERE status = 'running' AND concurrency_key IS NOT NULL;
 
 -- name: run_claim_page
--- One (queued_at, id) keyset page of claim candidates (ADR-0071 D4, R7): queued rows of any
--- origin whose kind this worker serves, below the attempt ceiling, with no pending cancellation.
+-- One (claim_rank, queued_at, id) keyset page of claim candidates (ADR-0071 D4, R7, R16-R18,
+-- R20): queued rows of any origin whose kind this worker serves (:kinds: the caller leaves out
+-- kinds whose limit is paused or saturated), due now (R16: queued_at <= :now, so a delayed row
+-- never fills a page), highest priority first (R17: claim_rank = -priority), below the row's own
+-- attempt ceiling (R18), with no pending cancellation, and whose limit key is not held
+-- (:held, a JSON array of saturated limit keys, R20).
 -- INDEXED BY: SQLite gathers no statistics on its own and would otherwise scan and sort every
--- queued row on each pass; the partial claim index walks them in order.
+-- queued row on each pass; the partial claim index (0011) walks them in order, the cursor's row
+-- comparison as one range.
 -- locked = 1 always: a claim pass runs inside BEGIN IMMEDIATE, whose write lock already makes
 -- every row of the page the pass's own (PostgreSQL locks the rows it hands out, migration 0006;
 -- :targets, :capabilities, :soft and :lock are its parameters and unused here).
-SELECT id, queued_at, action_kind, execution_target, required_capabilities, concurrency_key,
-       lease_attempts, 1 AS locked,
+SELECT id, queued_at, claim_rank, action_kind, execution_target, required_capabilities,
+       concurrency_key, limit_key, lease_attempts, max_attempts, 1 AS locked,
        CASE WHEN json_type(action_args, '$.timeout_s') IN ('integer', 'real')
             THEN json_extract(action_args, '$.timeout_s') END AS timeout_s
-FROM schedule_runs INDEXED BY idx_schedule_runs_claim
+FROM schedule_runs INDEXED BY idx_schedule_runs_claim_rank
 WHERE status = 'queued'
-  -- a NULL max_attempts reads the stored ceiling (R6), as on PostgreSQL
-  AND lease_attempts < COALESCE(:max_attempts,
-                                (SELECT CAST(value AS INTEGER) FROM queue_settings
-                                 WHERE name = 'max_attempts'),
-                                :default_max_attempts)
+  AND queued_at <= :now
+  AND lease_attempts < max_attempts
   AND cancel_requested_at IS NULL
   AND action_kind IN (SELECT value FROM json_each(:kinds))
-  AND (:cursor_queued_at IS NULL OR (queued_at, id) > (:cursor_queued_at, :cursor_id))
-ORDER BY queued_at, id
+  AND (limit_key IS NULL OR limit_key NOT IN (SELECT value FROM json_each(:held)))
+  AND (:cursor_queued_at IS NULL
+       OR (claim_rank, queued_at, id) > (:cursor_rank, :cursor_queued_at, :cursor_id))
+ORDER BY claim_rank, queued_at, id
 LIMIT :page_size;
 
 -- name: run_expired_leases
--- Running rows whose lease expired strictly before :now (R6).
-SELECT id, leased_by, lease_expires_at, lease_attempts, cancel_requested_at FROM schedule_runs
+-- Running rows whose lease expired strictly before :now (R6), with their own ceiling (R18).
+SELECT id, leased_by, lease_expires_at, lease_attempts, max_attempts, cancel_requested_at
+FROM schedule_runs
 WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at < :now
 ORDER BY lease_expires_at
 LIMIT :limit;
@@ -190,15 +207,15 @@ LIMIT :limit;
 -- :limit, by retry_at. Two ranges on partial indexes (0009), each bounded by :limit, so a tick
 -- costs what is due, not the whole retry_wait backlog; UNION drops a row found by both.
 -- INDEXED BY: SQLite has no statistics to choose these partial indexes by (see 0009).
-SELECT id, retry_at, lease_attempts, cancel_requested_at FROM (
+SELECT id, retry_at, lease_attempts, max_attempts, cancel_requested_at FROM (
   SELECT * FROM (
-    SELECT id, retry_at, lease_attempts, cancel_requested_at FROM schedule_runs INDEXED BY idx_schedule_runs_retry
+    SELECT id, retry_at, lease_attempts, max_attempts, cancel_requested_at FROM schedule_runs INDEXED BY idx_schedule_runs_retry
     WHERE status = 'retry_wait' AND retry_at <= :now
     ORDER BY retry_at LIMIT :limit
   ) AS due_now
   UNION
   SELECT * FROM (
-    SELECT id, retry_at, lease_attempts, cancel_requested_at FROM schedule_runs INDEXED BY idx_schedule_runs_retry_cancel
+    SELECT id, retry_at, lease_attempts, max_attempts, cancel_requested_at FROM schedule_runs INDEXED BY idx_schedule_runs_retry_cancel
     WHERE status = 'retry_wait' AND cancel_requested_at IS NOT NULL
     ORDER BY retry_at LIMIT :limit
   ) AS cancel_requested
@@ -251,6 +268,65 @@ RETURNING session_key;
 
 -- name: summary_list_for_task
 SELECT * FROM task_summaries WHERE task_id = :task_id ORDER BY attempt;
+
+-- name: limit_state
+-- R20: the limits in force (all, or those of :keys, a JSON array; NULL: all), each with the
+-- rows of its key running now and, for a key with a rate, its claims in the window
+-- (:now - period_s, :now]. A key kind:<k> counts running rows of kind <k>; any other key the
+-- running rows that carry it. Running rows are few (at most the workers' slots).
+SELECT l.limit_key, l.max_running, l.rate, l.period_s, l.updated_at, l.updated_by,
+       CASE WHEN l.max_running IS NULL THEN 0 ELSE (
+         SELECT count(*) FROM schedule_runs r
+         WHERE r.status = 'running'
+           AND CASE WHEN substr(l.limit_key, 1, 5) = 'kind:'
+                    THEN r.action_kind = substr(l.limit_key, 6)
+                    ELSE r.limit_key = l.limit_key END) END AS running,
+       CASE WHEN l.rate IS NULL THEN 0 ELSE (
+         SELECT count(*) FROM task_limit_claims c
+         WHERE c.limit_key = l.limit_key AND c.claimed_at > :now - l.period_s) END AS recent
+FROM task_limits l
+WHERE :keys IS NULL OR l.limit_key IN (SELECT value FROM json_each(:keys))
+ORDER BY l.limit_key;
+
+-- name: limit_get
+SELECT limit_key, max_running, rate, period_s, updated_at, updated_by FROM task_limits
+WHERE limit_key = :limit_key;
+
+-- name: limit_put
+-- An operator's limit on a key (R20): inserted, or replacing the key's limit whole.
+INSERT INTO task_limits (limit_key, max_running, rate, period_s, updated_at, updated_by)
+VALUES (:limit_key, :max_running, :rate, :period_s, :now, :updated_by)
+ON CONFLICT (limit_key) DO UPDATE SET
+  max_running = excluded.max_running, rate = excluded.rate, period_s = excluded.period_s,
+  updated_at = excluded.updated_at, updated_by = excluded.updated_by;
+
+-- name: limit_delete
+DELETE FROM task_limits WHERE limit_key = :limit_key;
+
+-- name: limit_claims_delete
+-- A cleared limit's window of claims (R20): nothing counts them any more.
+DELETE FROM task_limit_claims WHERE limit_key = :limit_key;
+
+-- name: limit_claims_prune
+-- Claims of the keys in :keys (a JSON array) that left their key's window at :now; a claim pass
+-- prunes the keys it records claims for, so the log holds at most one window per key.
+DELETE FROM task_limit_claims
+WHERE limit_key IN (SELECT value FROM json_each(:keys))
+  AND claimed_at <= :now - COALESCE(
+        (SELECT l.period_s FROM task_limits l WHERE l.limit_key = task_limit_claims.limit_key),
+        0);
+
+-- name: limit_lock
+-- R20: the limits of :keys (a JSON array) this claim pass may count and take. SQLite's claim pass
+-- holds the write lock already (BEGIN IMMEDIATE): every key is the pass's own.
+SELECT limit_key FROM task_limits
+WHERE limit_key IN (SELECT value FROM json_each(:keys))
+ORDER BY limit_key;
+
+-- name: limit_claim_insert_many
+-- One claim of a key with a rate (R20), logged in the claim's transaction.
+INSERT INTO task_limit_claims (limit_key, claimed_at, task_id)
+VALUES (:limit_key, :now, :task_id);
 
 -- name: claim_context
 -- Everything a claim pass reads before paging, in one round trip: the pass's time, this
@@ -617,11 +693,11 @@ WHERE r.id IS NULL
 GROUP BY f.entity_id;
 
 -- name: check_attempts
--- Runs above the attempt ceiling, and idle runs (:idle, JSON) stranded at it: no claim ever
--- selects them again and no path but a claim leads on (R6).
-SELECT id AS task_id, status, lease_attempts FROM schedule_runs
-WHERE lease_attempts > :max_attempts
-   OR (status IN (SELECT value FROM json_each(:idle)) AND lease_attempts >= :max_attempts);
+-- Runs above their own attempt ceiling (R18), and idle runs (:idle, JSON) stranded at it: no
+-- claim ever selects them again and no path but a claim leads on (R6).
+SELECT id AS task_id, status, lease_attempts, max_attempts FROM schedule_runs
+WHERE lease_attempts > max_attempts
+   OR (status IN (SELECT value FROM json_each(:idle)) AND lease_attempts >= max_attempts);
 
 -- name: check_completed_summaries
 -- Completed runs whose final attempt's summary ('<task-id>:<attempt>') is missing, not
@@ -739,14 +815,19 @@ INSERT INTO schedule_runs (
   fired_at, created_at, queued_at, concurrency_key,
   required_capabilities, execution_target,
   library_ref, library_content_hash,
-  idempotency_key, application_hash, admission_source
+  idempotency_key, application_hash, admission_source,
+  run_after, priority, max_attempts, limit_key
 ) VALUES (
   :id, :schedule_id, NULL, :trigger_context,
   :action_kind, :action_args, 'queued', :chain_parent_id, :chain_depth,
-  :now, :now, :now, :concurrency_key,
+  :now, :now, max(:now, COALESCE(:run_after, :now)), :concurrency_key,
   :required_capabilities, :execution_target,
   :library_ref, :library_content_hash,
-  :idempotency_key, :application_hash, :admission_source
+  :idempotency_key, :application_hash, :admission_source,
+  :run_after, :priority,
+  COALESCE(:max_attempts,
+           (SELECT CAST(value AS INTEGER) FROM queue_settings WHERE name = 'max_attempts'), 3),
+  :limit_key
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
