@@ -371,3 +371,88 @@ async def _finish(db: StateDB, task_id: str, *, now: float) -> None:
         now=now,
     )
     assert result.applied
+
+
+# The claim still reads one index range (R16, R17) ---------------------------------------------
+
+
+async def test_the_claim_page_reads_one_range_of_the_claim_index(db: StateDB, db_url: str) -> None:
+    """Both dialects' page walks idx_schedule_runs_claim_rank from the keyset cursor, in order:
+    no sort, no scan of the rows before the cursor (a row comparison as the range's start)."""
+    from taskward.store.queries import load_queries
+
+    if db.dialect == "sqlite":
+        import sqlite3
+
+        sql = load_queries("sqlite")["run_claim_page"]
+        params = {
+            "now": T0,
+            "kinds": '["command"]',
+            "held": "[]",
+            "cursor_rank": 0,
+            "cursor_queued_at": T0,
+            "cursor_id": "x",
+            "page_size": 50,
+            "targets": "[]",
+            "capabilities": "[]",
+            "soft": "[]",
+            "lock": 50,
+        }
+        path = db_url.split("?", 1)[0][len("sqlite:///") :]
+        with sqlite3.connect(path) as conn:
+            steps = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+        reads = [
+            step
+            for step in steps
+            if step.startswith(("SCAN schedule_runs", "SEARCH schedule_runs"))
+        ]
+        assert reads == [
+            "SEARCH schedule_runs USING INDEX idx_schedule_runs_claim_rank "
+            "((claim_rank,queued_at,id)>(?,?,?))"
+        ], steps
+        assert not any("TEMP B-TREE" in step for step in steps), steps
+        return
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+        # A queue the planner knows about, so that only the function's settings keep the walk.
+        await conn.execute(
+            "INSERT INTO schedule_runs (id, trigger_context, action_kind, action_args, status, "
+            "fired_at, created_at, queued_at, priority) "
+            "SELECT 'q-' || n, '{}', 'command', '{}', 'queued', %(t)s, %(t)s, %(t)s + n, n %% 5 "
+            "FROM generate_series(1, 5000) AS n",
+            {"t": T0},
+        )
+        await conn.execute("ANALYZE schedule_runs")
+        cur = await conn.execute(
+            "SELECT prosrc FROM pg_proc WHERE proname = 'taskward_claim_lock_page' "
+            "AND pronamespace = current_schema()::regnamespace"
+        )
+        [(source,)] = await cur.fetchall()
+        # The function's own page statements, with its parameters as values.
+        pages = [
+            part[part.index("SELECT r.id") : part.index("LIMIT p_page_size")]
+            for part in source.split("FROM (")[1:3]
+        ]
+        values = {
+            "p_now": f"{T0 + 10_000}::float8",
+            "p_kinds": "'[\"command\"]'::jsonb",
+            "p_held": "'[]'::jsonb",
+            "p_cursor_rank": "-2",
+            "p_cursor_queued_at": f"{T0 + 100}::float8",
+            "p_cursor_id": "'q-100'",
+        }
+        for setting in ("enable_sort", "enable_incremental_sort", "enable_bitmapscan"):
+            await conn.execute(f"SET {setting} = off")
+        for branch, page in enumerate(pages):
+            text = page
+            # the first branch is the one without a cursor
+            given = values if branch else {**values, "p_cursor_queued_at": "NULL::float8"}
+            for name in sorted(given, key=len, reverse=True):
+                text = text.replace(name, given[name])
+            cur = await conn.execute(f"EXPLAIN {text} LIMIT 50")
+            plan = " | ".join(r[0] for r in await cur.fetchall())
+            assert "Index Scan using idx_schedule_runs_claim_rank" in plan, plan
+            assert "Sort" not in plan and "Seq Scan" not in plan, plan
+            assert "queued_at <=" in plan, plan  # R16's bound is checked in the index walk
+        assert "ROW(claim_rank, queued_at, id) >" in plan, plan  # the cursor starts the range

@@ -189,8 +189,11 @@ WHERE status = 'queued'
   AND cancel_requested_at IS NULL
   AND action_kind IN (SELECT value FROM json_each(:kinds))
   AND (limit_key IS NULL OR limit_key NOT IN (SELECT value FROM json_each(:held)))
-  AND (:cursor_queued_at IS NULL
-       OR (claim_rank, queued_at, id) > (:cursor_rank, :cursor_queued_at, :cursor_id))
+  -- The cursor as one row comparison, always: without a cursor it compares against a start
+  -- below every row (claim_rank >= -100), since an `IS NULL OR` around it would make SQLite
+  -- scan the index from its beginning instead of seeking to the cursor.
+  AND (claim_rank, queued_at, id)
+      > (COALESCE(:cursor_rank, -1000), COALESCE(:cursor_queued_at, 0.0), COALESCE(:cursor_id, ''))
 ORDER BY claim_rank, queued_at, id
 LIMIT :page_size;
 
