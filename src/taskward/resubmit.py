@@ -72,6 +72,12 @@ async def retry_task(
         required_capabilities=list(row["required_capabilities"] or []),
         library_ref=row["library_ref"],
         library_content_hash=row["library_content_hash"],
+        # R15-R20: the original's priority, limit key and attempt ceiling come along (a ceiling
+        # above the per-task range, a queue setting of over 100, is resolved again); its
+        # run_after does not: a retry runs now.
+        priority=int(row["priority"]),
+        limit_key=row["limit_key"],
+        max_attempts=ceiling if 1 <= (ceiling := int(row["max_attempts"])) <= 100 else None,
     )
     admitted = validate_admission(app, registry, "retry")
     params = insert_params(

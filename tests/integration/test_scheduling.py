@@ -456,3 +456,39 @@ async def test_the_claim_page_reads_one_range_of_the_claim_index(db: StateDB, db
             assert "Sort" not in plan and "Seq Scan" not in plan, plan
             assert "queued_at <=" in plan, plan  # R16's bound is checked in the index walk
         assert "ROW(claim_rank, queued_at, id) >" in plan, plan  # the cursor starts the range
+
+
+async def test_an_operator_retry_keeps_priority_limit_key_and_ceiling_but_runs_now(
+    db: StateDB,
+) -> None:
+    task_id = await submit(
+        db, priority=9, limit_key="tenant:r", max_attempts=1, run_after=T0 + 5, now=T0
+    )
+    await taskward.transition_task(
+        db,
+        taskward.TransitionRequest(
+            entity_id=task_id,
+            from_state="queued",
+            to_state="cancelled",
+            reason=taskward.StateReason(code="operator"),
+            actor=taskward.Actor(type="operator", id="t"),
+            idempotency_key="end",
+        ),
+        now=T0 + 1,
+    )
+    new_id = await taskward.retry_task(
+        db,
+        task_id,
+        actor=taskward.Actor(type="operator", id="t"),
+        idempotency_key="again",
+        registry=REGISTRY,
+        now=T0 + 2,
+    )
+    row = await taskward.get_task(db, new_id)
+    assert (row["priority"], row["limit_key"], row["max_attempts"], row["run_after"]) == (
+        9,
+        "tenant:r",
+        1,
+        None,
+    )
+    assert row["queued_at"] == T0 + 2
