@@ -1,6 +1,6 @@
-"""Dashboard form posts: cancel a task, fire/enable/disable a schedule, retry a notification,
-log in and out. Each state change needs a session, its CSRF token and the ``operate`` scope,
-and goes through the same library function as the API.
+"""Dashboard form posts: cancel a task, retry an ended task, fire/enable/disable a schedule,
+retry a notification, log in and out. Each state change needs a session, its CSRF token and the
+``operate`` scope, and goes through the same library function as the API.
 
 Failed logins count against the client's failed-authentication limit shared with the API's
 bearer tokens (``taskward.web.throttle``); logging out revokes the session in the store
@@ -33,10 +33,14 @@ from taskward.errors import (
     NotificationNotFound,
     ScheduleNotFound,
     StoreError,
+    TaskIdempotencyConflict,
     TaskNotFound,
+    TaskNotRetryable,
     TaskValidationError,
 )
+from taskward.models import check_key
 from taskward.outbox import retry_notification
+from taskward.resubmit import retry_task
 from taskward.schedules import disable_schedule, enable_schedule, fire_schedule, get_schedule
 from taskward.store import StateDB
 from taskward.web.auth import Principal, client_of, find_token
@@ -80,6 +84,10 @@ async def _operate(request: Request, operation: Operation) -> Response:
         return message(404, "Not found", str(exc))
     except TaskValidationError as exc:
         return message(422, "Not done", str(exc))
+    except TaskNotRetryable as exc:
+        return message(409, "Not retryable", str(exc))
+    except TaskIdempotencyConflict as exc:
+        return message(409, "Not done", str(exc))
     except StoreError:
         response = message(503, "Store unavailable", "the store is unavailable; try again")
         response.headers["Retry-After"] = str(services.config.retry_after_s)
@@ -107,6 +115,31 @@ async def cancel_from_page(request: Request, task_id: str) -> Response:
         return views.task_href(task_id) + f"?cancel={quote(result.state)}"
 
     return await _operate(request, cancel)
+
+
+def _form_key(form: Mapping[str, str], generated: str) -> str:
+    """The form's idempotency key (drawn when the page was rendered), else ``generated``."""
+    return check_key("idempotency_key", (form.get("idempotency_key") or "").strip() or generated)
+
+
+@router.post("/tasks/{task_id}/retry")
+async def retry_from_page(request: Request, task_id: str) -> Response:
+    """Retry an ended task from its page (R19) and go to the new task. The form's key is drawn
+    when the page is rendered, so a double submit admits one new task; the actor is the
+    session's token name. A task that has not ended is a 409 page; nothing is written."""
+    services = services_of(request)
+
+    async def retry(db: StateDB, principal: Principal, form: Mapping[str, str]) -> str:
+        new_id = await retry_task(
+            db,
+            _ref(task_id),
+            actor=principal.actor(),
+            idempotency_key=_form_key(form, f"ui:{uuid.uuid4()}"),
+            registry=services.registry,
+        )
+        return views.task_href(new_id)
+
+    return await _operate(request, retry)
 
 
 @router.post("/schedules/{schedule_id}/{action}")

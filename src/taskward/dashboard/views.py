@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote, urlencode
 
 from taskward.lifecycle import TERMINAL, Status
@@ -23,6 +23,9 @@ Cell = dict[str, Any]
 
 TARGETS = sorted(EXECUTION_TARGETS)
 STATUSES = [s.value for s in Status]
+
+# Tasks on one page of a listing (and "Retried as" shows at most as many).
+PAGE_SIZE: Final = 50
 
 
 def fmt_time(value: Any) -> str:
@@ -184,7 +187,10 @@ def task_regions(
     placement: Mapping[str, Any] | None,
     facts: Iterable[Mapping[str, Any]],
     events: Iterable[Mapping[str, Any]],
+    retries: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Region]:
+    """The task's page. ``retries`` (``reads.list_retries``) adds its "Retried as" regions;
+    without them the page keeps the ones it was rendered with."""
     status = row["status"]
     items = [
         {"key": "status", "label": "status", "text": status, "cls": f"status status-{status}"},
@@ -216,7 +222,7 @@ def task_regions(
         )
     if placement is not None:
         items.append({"key": "placement", "label": "placement", "text": placement["reason"]})
-    return {
+    regions: dict[str, Region] = {
         "fields": {"kind": "fields", "items": items},
         "args": {"kind": "pre", "text": _pretty(row.get("action_args"))},
         "evidence": {"kind": "pre", "text": _pretty(row.get("status_evidence_refs") or [])},
@@ -225,7 +231,33 @@ def task_regions(
             "kind": "toggle",
             "visible": status not in TERMINAL and row.get("cancel_requested_at") is None,
         },
+        "retry": {"kind": "toggle", "visible": status in TERMINAL},
+        "retry-of": retry_of_region(row),
     }
+    if retries is not None:
+        regions["retried"] = {"kind": "toggle", "visible": bool(retries)}
+        regions["retries"] = table(
+            ("task", "status", "created", "idempotency key"),
+            (
+                [
+                    cell(r["id"], href=task_href(r["id"]), cls="mono"),
+                    status_cell(r["status"]),
+                    cell(fmt_time(r.get("created_at"))),
+                    cell(r.get("idempotency_key"), cls="mono"),
+                ]
+                for r in retries
+            ),
+            empty="not retried",
+        )
+    return regions
+
+
+def retry_of_region(row: Mapping[str, Any]) -> Region:
+    """A link to the task this one is an operator retry of (R19), or an empty link."""
+    parent = row.get("chain_parent_id")
+    if row.get("admission_source") != "retry" or not parent:
+        return {"kind": "link", "text": "", "href": None}
+    return {"kind": "link", "text": str(parent), "href": task_href(str(parent))}
 
 
 def _text(value: Any) -> str:
