@@ -1,8 +1,9 @@
 """Operator retry from the dashboard (DESIGN.md R19), over ASGI on SQLite and PostgreSQL.
 
-A "retry task" button on an ended task's page: a CSRF-protected form post needing the
-``operate`` scope, with a key drawn when the page is rendered, so sending the form twice admits
-nothing new; the new task and the original link to each other.
+A "retry task" button on an ended task's page and "retry these" on a list filtered to an ended
+status: CSRF-protected form posts needing the ``operate`` scope, each with a key drawn when the
+page is rendered, so sending a form twice admits nothing new; the new task and the original
+link to each other.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import httpx
 import pytest
 
 import taskward
+from taskward.dashboard import views
 from taskward.http import HttpConfig, create_app
 from taskward.reads import count_by_status
 from taskward.resubmit import retry_key
@@ -33,6 +35,14 @@ RETRY_FORM = re.compile(
     r'name="idempotency_key" value="([^"]+)"',
     re.S,
 )
+BULK_FORM = re.compile(
+    r'<form method="post" action="/tasks/bulk-retry" id="bulk-retry-form".*?'
+    r'name="idempotency_key" value="([^"]+)".*?'
+    r'name="next" value="([^"]+)".*?'
+    r'name="task_ids" data-region="bulk-ids" value="([^"]*)"',
+    re.S,
+)
+
 # How each ended status is reached, and some that have not ended.
 ENDED = {
     "completed": ("queued", "running", "completed"),
@@ -91,6 +101,22 @@ async def retry_form(client: httpx.AsyncClient, task_id: str) -> tuple[str, str,
     csrf, form = CSRF_META.search(page.text), RETRY_FORM.search(page.text)
     assert csrf and form, page.text
     return csrf.group(1), form.group(2), form.group(3), form.group(1) is None
+
+
+async def bulk_form(client: httpx.AsyncClient, query: str) -> dict[str, str] | None:
+    """The bulk retry form's fields on ``/tasks?<query>``, or None when there is none."""
+    page = await client.get(f"/tasks?{query}")
+    assert page.status_code == 200, page.text
+    csrf, form = CSRF_META.search(page.text), BULK_FORM.search(page.text)
+    assert csrf
+    if form is None:
+        return None
+    return {
+        "csrf_token": csrf.group(1),
+        "idempotency_key": form.group(1),
+        "next": form.group(2).replace("&amp;", "&"),
+        "task_ids": form.group(3),
+    }
 
 
 async def run_row(db: StateDB, task_id: str) -> dict[str, Any]:
@@ -198,6 +224,10 @@ async def test_a_read_only_session_cannot_retry_and_an_operator_is_recorded(
     form = {"csrf_token": csrf.group(1), "idempotency_key": "ui:by-hand"}
     refused = await reader.post(f"/tasks/{original}/retry", data=form)
     assert refused.status_code == 403 and "lacks the &#39;operate&#39; scope" in refused.text
+    bulk = await reader.post(
+        "/tasks/bulk-retry", data={**form, "task_ids": original, "next": "/tasks"}
+    )
+    assert bulk.status_code == 403 and "lacks the &#39;operate&#39; scope" in bulk.text
     assert await rows(db) == 1
     # Without logging in, the page is a login redirect and a post has no session.
     anonymous = make_client(config)
@@ -288,3 +318,91 @@ async def test_a_retry_and_its_original_link_to_each_other(
     assert re.findall(
         r'<a href="/tasks/([^"]+)">', new_page.split('data-region="retried"', 1)[1]
     ) == [third]
+
+
+# -- every task a list page shows ---------------------------------------------------------
+
+
+async def test_bulk_retry_of_a_failed_list_retries_each_shown_task_once(
+    client: httpx.AsyncClient, db: StateDB
+) -> None:
+    failed = [await task_in(db, ENDED["failed"]) for _ in range(3)]
+    await task_in(db, ENDED["completed"])
+    queued = await submit(db)
+    form = await bulk_form(client, "status=failed")
+    assert form is not None
+    assert form["task_ids"].split() == failed[::-1]  # as listed, newest first
+    assert form["next"] == "/tasks?status=failed"
+    assert form["idempotency_key"].startswith("ui:bulk:")
+    page = await client.get("/tasks?status=failed")
+    assert re.search(r'<span data-region="bulk-count">3</span>', page.text)
+    total = await rows(db)
+
+    r = await client.post("/tasks/bulk-retry", data=form)
+    assert r.status_code == 200, r.text
+    assert "Retried 3 of 3 tasks" in r.text
+    key = form["idempotency_key"]
+    new_ids = []
+    for original in failed:
+        found = await db.fetchone("run_get_by_key", {"idempotency_key": retry_key(original, key)})
+        assert found is not None
+        row = await run_row(db, found["id"])
+        assert (row["chain_parent_id"], row["admission_source"]) == (original, "retry")
+        assert row["trigger_context"]["actor"] == "operator:anonymous"
+        assert f'<a href="/tasks/{original}">' in r.text
+        assert f'<a href="/tasks/{found["id"]}">' in r.text
+        new_ids.append(found["id"])
+    assert await rows(db) == total + 3
+    assert 'href="/tasks?status=failed"' in r.text
+
+    # The same form again: the same new tasks, nothing admitted.
+    again = await client.post("/tasks/bulk-retry", data=form)
+    assert again.status_code == 200 and "Retried 3 of 3 tasks" in again.text
+    assert all(f'<a href="/tasks/{n}">' in again.text for n in new_ids)
+    assert await rows(db) == total + 3
+
+    # A task that has not ended (here, sent by hand) is skipped and counted.
+    crafted = {**form, "task_ids": f"{failed[0]} {queued} no-such-task {failed[0]}"}
+    mixed = await client.post("/tasks/bulk-retry", data=crafted)
+    assert mixed.status_code == 200
+    assert "Retried 1 of 3 tasks" in mixed.text
+    assert "Skipped: not ended (1)" in mixed.text and f"{queued}</a> is queued" in mixed.text
+    assert "Skipped: not found (1)" in mixed.text
+    assert await rows(db) == total + 3
+
+
+async def test_bulk_retry_is_offered_only_on_a_list_filtered_to_an_ended_status(
+    client: httpx.AsyncClient, db: StateDB
+) -> None:
+    cancelled = await task_in(db, ENDED["cancelled"])
+    await submit(db)
+    for query in ("", "status=queued", "status=running", "kind=command"):
+        assert await bulk_form(client, query) is None, query
+    form = await bulk_form(client, "status=cancelled&kind=command")
+    assert form is not None and form["task_ids"] == cancelled
+    assert form["next"] == "/tasks?status=cancelled&kind=command"
+    empty = await client.get("/tasks?status=timed_out")  # nothing to retry: hidden
+    assert re.search(r'data-region="bulk-retry" class="region region-toggle" hidden', empty.text)
+    # The page's twin keeps the ids current while it polls.
+    later = await task_in(db, ENDED["cancelled"])
+    twin = (await client.get("/ui/data/tasks?status=cancelled")).json()["regions"]
+    assert twin["bulk-ids"] == {"kind": "value", "value": f"{later} {cancelled}"}
+    assert twin["bulk-count"] == {"kind": "text", "text": "2"}
+    assert twin["bulk-retry"] == {"kind": "toggle", "visible": True}
+    assert "bulk-ids" not in (await client.get("/ui/data/tasks?status=queued")).json()["regions"]
+
+
+async def test_bulk_retry_without_the_csrf_token_or_over_a_page_writes_nothing(
+    client: httpx.AsyncClient, db: StateDB
+) -> None:
+    failed = await task_in(db, ENDED["failed"])
+    form = await bulk_form(client, "status=failed")
+    assert form is not None
+    missing = await client.post("/tasks/bulk-retry", data={**form, "csrf_token": ""})
+    assert missing.status_code == 403
+    stale = await client.post("/tasks/bulk-retry", data={**form, "csrf_token": "guess"})
+    assert stale.status_code == 403
+    too_many = " ".join([failed] + [f"id-{i}" for i in range(views.PAGE_SIZE)])
+    over = await client.post("/tasks/bulk-retry", data={**form, "task_ids": too_many})
+    assert over.status_code == 422 and "task_ids" in over.text
+    assert await rows(db) == 1

@@ -270,6 +270,8 @@ async def tasks_page(request: Request) -> Response:
         statuses=[s.value for s in Status],
         targets=views.TARGETS,
         selected={name: q.get(name) or "" for name in ("status", "kind", "target")},
+        list_href=request.url.path + _query_suffix(request),
+        bulk_key=f"ui:bulk:{uuid.uuid4()}",
     )
 
 

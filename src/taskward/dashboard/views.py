@@ -24,7 +24,8 @@ Cell = dict[str, Any]
 TARGETS = sorted(EXECUTION_TARGETS)
 STATUSES = [s.value for s in Status]
 
-# Tasks on one page of a listing (and "Retried as" shows at most as many).
+# Tasks on one page of a listing: the most one bulk retry takes (``actions``) and the most
+# "Retried as" shows.
 PAGE_SIZE: Final = 50
 
 
@@ -163,8 +164,10 @@ def overview_regions(
 
 
 def tasks_regions(
-    rows: Iterable[Mapping[str, Any]], next_cursor: str | None, filters: Mapping[str, str | None]
+    rows: Sequence[Mapping[str, Any]], next_cursor: str | None, filters: Mapping[str, str | None]
 ) -> dict[str, Region]:
+    """The list, its next-page link and, when it is filtered to an ended status, what the bulk
+    retry form posts: the ids shown (kept current while the page polls) and their count."""
     link: Region = {"kind": "link", "text": "", "href": None}
     if next_cursor:
         link = {
@@ -172,10 +175,15 @@ def tasks_regions(
             "text": "next page",
             "href": tasks_href(**filters, cursor=next_cursor),
         }
-    return {
+    regions: dict[str, Region] = {
         "tasks": table(TASK_COLUMNS, task_rows(rows), empty="no tasks match"),
         "next": link,
     }
+    if filters.get("status") in TERMINAL:
+        regions["bulk-retry"] = {"kind": "toggle", "visible": bool(rows)}
+        regions["bulk-ids"] = {"kind": "value", "value": " ".join(row["id"] for row in rows)}
+        regions["bulk-count"] = {"kind": "text", "text": str(len(rows))}
+    return regions
 
 
 def _pretty(value: Any) -> str:
