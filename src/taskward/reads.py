@@ -118,6 +118,19 @@ async def list_tasks(
     return [_listed(row, full_args=full_args) for row in rows[:limit]], next_cursor
 
 
+async def list_retries(db: StateDB, task_id: str, *, limit: int = 50) -> list[Row]:
+    """The tasks ``retry_task`` admitted from ``task_id`` (R19: admission source ``retry``,
+    ``chain_parent_id`` naming it), oldest first, at most ``limit``; each row has ``id``,
+    ``status``, ``created_at`` and ``idempotency_key``. An unknown id has none.
+
+    Known limit: no index covers ``chain_parent_id``, so this scans ``schedule_runs``; call it
+    once per view of an ended task (only those are retried), not in a loop.
+    """
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise TaskValidationError("limit", limit, f"1..{MAX_LIST_LIMIT}")
+    return await db.fetchall("run_list_retries", {"task_id": task_id, "limit": limit})
+
+
 def _listed(row: Row, *, full_args: bool) -> Row:
     """A run_list row as a listing shows it: the preview from the whole args when the store
     sent them (redacted, canonical), else from its head (cut in SQL, ``env`` already removed:

@@ -193,3 +193,70 @@ def test_a_task_no_worker_serves_is_cancelled_from_its_page(browser: Any, servic
         ("queued", "cancelled")
     ]
     assert facts["transitions"][0]["actor"] == "operator:anonymous"
+
+
+def test_an_ended_task_is_retried_from_its_page_and_the_two_link(
+    browser: Any, service: str
+) -> None:
+    """The retry button appears when the task ends, without a reload; it leads to the new task,
+    which links back ("Retry of"), and the original lists it ("Retried as")."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    task_id = _submit(
+        service,
+        {"action_kind": "command", "args": {"argv": ["echo", "x"]}, "execution_target": "daytona"},
+    )
+    browser.get(f"{service}/tasks/{task_id}")
+    assert not browser.find_element(By.ID, "retry-button").is_displayed()
+    r = httpx.post(f"{service}/api/tasks/{task_id}/cancel", timeout=10)
+    assert r.status_code == 200, r.text
+    WebDriverWait(browser, WAIT_S, poll_frequency=0.1).until(
+        lambda d: d.find_element(By.ID, "retry-button").is_displayed()
+    )
+    browser.find_element(By.ID, "retry-button").click()
+    WebDriverWait(browser, WAIT_S, poll_frequency=0.1).until(
+        lambda d: "/tasks/" in d.current_url and not d.current_url.endswith(task_id)
+    )
+    new_id = browser.current_url.rsplit("/", 1)[1]
+    assert _text(browser, '[data-region="retry-of"]') == task_id
+    assert _status_on_page(browser) == "queued"
+    browser.get(f"{service}/tasks/{task_id}")
+    assert browser.find_element(By.CSS_SELECTOR, '[data-region="retried"]').is_displayed()
+    assert new_id in _text(browser, '[data-region="retries"]')
+
+
+def test_bulk_retry_retries_the_tasks_the_list_shows_now(browser: Any, service: str) -> None:
+    """The list filtered to cancelled keeps the ids its form sends current while it polls: a
+    task cancelled after the page was opened is retried with the rest."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def daytona() -> str:
+        return _submit(
+            service,
+            {"action_kind": "command", "args": {"argv": ["true"]}, "execution_target": "daytona"},
+        )
+
+    def shown_ids(driver: Any) -> list[str]:
+        value = driver.execute_script(
+            "return document.querySelector('[data-region=\"bulk-ids\"]').value;"
+        )
+        return str(value).split()
+
+    first = daytona()
+    httpx.post(f"{service}/api/tasks/{first}/cancel", timeout=10).raise_for_status()
+    browser.get(f"{service}/tasks?status=cancelled")
+    assert first in shown_ids(browser)
+    later = daytona()
+    httpx.post(f"{service}/api/tasks/{later}/cancel", timeout=10).raise_for_status()
+    WebDriverWait(browser, WAIT_S, poll_frequency=0.1).until(lambda d: later in shown_ids(d))
+    ids = shown_ids(browser)
+    assert _text(browser, '[data-region="bulk-count"]') == str(len(ids))
+    browser.find_element(By.ID, "bulk-retry-button").click()
+    WebDriverWait(browser, WAIT_S, poll_frequency=0.1).until(
+        lambda d: d.current_url.endswith("/tasks/bulk-retry")
+    )
+    assert f"Retried {len(ids)} of {len(ids)} tasks" in _text(browser, "h1")
+    for task_id in (first, later):
+        assert task_id in _text(browser, "#retried")

@@ -9,7 +9,7 @@ import taskward
 from taskward import Actor, TaskNotFound, TaskNotRetryable, TaskValidationError
 from taskward.claims import WorkerSpec, claim_runs
 from taskward.execution import Outcome, finish_run
-from taskward.reads import count_by_status
+from taskward.reads import count_by_status, list_retries
 from taskward.resubmit import retry_key
 from taskward.store.port import StateDB
 
@@ -112,3 +112,31 @@ async def test_a_bad_operator_key_writes_nothing(db: StateDB) -> None:
         assert caught.value.field == "idempotency_key"
     row = await db.fetchone("run_get_by_key", {"idempotency_key": retry_key(original, "")})
     assert row is None
+
+
+async def test_list_retries_names_the_tasks_retried_from_a_task_oldest_first(db: StateDB) -> None:
+    """``reads.list_retries`` (the dashboard's "Retried as"): the original's retries, oldest
+    first and bounded; a retry of a retry belongs to its own parent; an unknown id has none."""
+    original = await _failed(db)
+    assert await list_retries(db, original) == []
+    first = await taskward.retry_task(
+        db, original, actor=OPERATOR, idempotency_key="a", registry=REGISTRY, now=T0 + 10
+    )
+    second = await taskward.retry_task(
+        db, original, actor=OPERATOR, idempotency_key="b", registry=REGISTRY, now=T0 + 20
+    )
+    await taskward.request_task_cancel(db, first, actor=OPERATOR, idempotency_key="c")
+    grandchild = await taskward.retry_task(
+        db, first, actor=OPERATOR, idempotency_key="a", registry=REGISTRY, now=T0 + 30
+    )
+    retries = await list_retries(db, original)
+    assert [(r["id"], r["status"], r["idempotency_key"]) for r in retries] == [
+        (first, "cancelled", retry_key(original, "a")),
+        (second, "queued", retry_key(original, "b")),
+    ]
+    assert [r["created_at"] for r in retries] == [T0 + 10, T0 + 20]
+    assert [r["id"] for r in await list_retries(db, original, limit=1)] == [first]
+    assert [r["id"] for r in await list_retries(db, first)] == [grandchild]
+    assert await list_retries(db, "no-such-task") == []
+    with pytest.raises(TaskValidationError):
+        await list_retries(db, original, limit=0)

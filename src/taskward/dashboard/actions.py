@@ -1,6 +1,7 @@
-"""Dashboard form posts: cancel a task, fire/enable/disable a schedule, retry a notification,
-log in and out. Each state change needs a session, its CSRF token and the ``operate`` scope,
-and goes through the same library function as the API.
+"""Dashboard form posts: cancel a task, retry an ended task (one, or every one a list page
+shows), fire/enable/disable a schedule, retry a notification, log in and out. Each state change
+needs a session, its CSRF token and the ``operate`` scope, and goes through the same library
+function as the API.
 
 Failed logins count against the client's failed-authentication limit shared with the API's
 bearer tokens (``taskward.web.throttle``); logging out revokes the session in the store
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
@@ -33,10 +36,14 @@ from taskward.errors import (
     NotificationNotFound,
     ScheduleNotFound,
     StoreError,
+    TaskIdempotencyConflict,
     TaskNotFound,
+    TaskNotRetryable,
     TaskValidationError,
 )
+from taskward.models import check_key
 from taskward.outbox import retry_notification
+from taskward.resubmit import retry_task
 from taskward.schedules import disable_schedule, enable_schedule, fire_schedule, get_schedule
 from taskward.store import StateDB
 from taskward.web.auth import Principal, client_of, find_token
@@ -45,12 +52,20 @@ from taskward.web.state import services_of
 router = APIRouter(include_in_schema=False)
 
 
-Operation = Callable[[StateDB, Principal, Mapping[str, str]], Awaitable[str]]
+@dataclass(frozen=True)
+class ResultPage:
+    """What an operation shows instead of redirecting: a template and its context."""
+
+    template: str
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+Operation = Callable[[StateDB, Principal, Mapping[str, str]], Awaitable[str | ResultPage]]
 
 
 async def _operate(request: Request, operation: Operation) -> Response:
     """A state-changing form post: session, CSRF token and the ``operate`` scope required;
-    ``operation`` returns where to go next (a 303 redirect)."""
+    ``operation`` returns where to go next (a 303 redirect) or a ``ResultPage`` to show."""
     services = services_of(request)
     found = await session_principal(services.config, request)
     form = await read_form(request)
@@ -80,10 +95,18 @@ async def _operate(request: Request, operation: Operation) -> Response:
         return message(404, "Not found", str(exc))
     except TaskValidationError as exc:
         return message(422, "Not done", str(exc))
+    except TaskNotRetryable as exc:
+        return message(409, "Not retryable", str(exc))
+    except TaskIdempotencyConflict as exc:
+        return message(409, "Not done", str(exc))
     except StoreError:
         response = message(503, "Store unavailable", "the store is unavailable; try again")
         response.headers["Retry-After"] = str(services.config.retry_after_s)
         return response
+    if isinstance(target, ResultPage):
+        return html(
+            request, target.template, session=session, principal=principal, **target.context
+        )
     return secure(RedirectResponse(target, status_code=303))
 
 
@@ -107,6 +130,87 @@ async def cancel_from_page(request: Request, task_id: str) -> Response:
         return views.task_href(task_id) + f"?cancel={quote(result.state)}"
 
     return await _operate(request, cancel)
+
+
+def _form_key(form: Mapping[str, str], generated: str) -> str:
+    """The form's idempotency key (drawn when the page was rendered), else ``generated``."""
+    return check_key("idempotency_key", (form.get("idempotency_key") or "").strip() or generated)
+
+
+@router.post("/tasks/{task_id}/retry")
+async def retry_from_page(request: Request, task_id: str) -> Response:
+    """Retry an ended task from its page (R19) and go to the new task. The form's key is drawn
+    when the page is rendered, so a double submit admits one new task; the actor is the
+    session's token name. A task that has not ended is a 409 page; nothing is written."""
+    services = services_of(request)
+
+    async def retry(db: StateDB, principal: Principal, form: Mapping[str, str]) -> str:
+        new_id = await retry_task(
+            db,
+            _ref(task_id),
+            actor=principal.actor(),
+            idempotency_key=_form_key(form, f"ui:{uuid.uuid4()}"),
+            registry=services.registry,
+        )
+        return views.task_href(new_id)
+
+    return await _operate(request, retry)
+
+
+def _bulk_ids(text: str) -> list[str]:
+    """The ids a list page showed (whitespace-separated), each once, at most a page of them."""
+    ids = list(dict.fromkeys(_ref(part) for part in text.split()))
+    if len(ids) > views.PAGE_SIZE:
+        raise TaskValidationError(
+            "task_ids", f"{len(ids)} ids", f"at most {views.PAGE_SIZE} (one page of the list)"
+        )
+    return ids
+
+
+@router.post("/tasks/bulk-retry")
+async def bulk_retry(request: Request) -> Response:
+    """Retry every task a filtered list page showed (R19), each with the form's one key, so the
+    new task of ``T`` is ``retry:T:<key>`` and posting the same form again admits nothing new.
+    A task that has not ended is skipped and counted, as is an id not found; the result page
+    lists each new task."""
+    services = services_of(request)
+
+    async def retry_all(db: StateDB, principal: Principal, form: Mapping[str, str]) -> ResultPage:
+        key = _form_key(form, f"ui:bulk:{uuid.uuid4()}")
+        retried: list[tuple[str, str]] = []
+        not_ended: list[tuple[str, str]] = []
+        missing: list[str] = []
+        refused: list[tuple[str, str]] = []
+        for task_id in _bulk_ids(form.get("task_ids") or ""):
+            try:
+                new_id = await retry_task(
+                    db,
+                    task_id,
+                    actor=principal.actor(),
+                    idempotency_key=key,
+                    registry=services.registry,
+                )
+            except TaskNotRetryable as exc:
+                not_ended.append((task_id, exc.status))
+            except TaskNotFound:
+                missing.append(task_id)
+            except (TaskValidationError, TaskIdempotencyConflict) as exc:
+                refused.append((task_id, str(exc)))
+            else:
+                retried.append((task_id, new_id))
+        return ResultPage(
+            "retried.html",
+            {
+                "key": key,
+                "retried": [(views.task_href(o), o, views.task_href(n), n) for o, n in retried],
+                "not_ended": [(views.task_href(t), t, s) for t, s in not_ended],
+                "missing": missing,
+                "refused": [(views.task_href(t), t, why) for t, why in refused],
+                "back": safe_next(form.get("next") or "/tasks"),
+            },
+        )
+
+    return await _operate(request, retry_all)
 
 
 @router.post("/schedules/{schedule_id}/{action}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
@@ -18,12 +18,13 @@ from taskward.dashboard import views
 from taskward.dashboard.render import html, secure
 from taskward.dashboard.session import Session, new_session, session_principal
 from taskward.errors import StoreError, TaskNotFound, TaskValidationError
-from taskward.lifecycle import Status
+from taskward.lifecycle import Status, is_terminal
 from taskward.outbox import count_notifications, list_notifications
 from taskward.placement import placement_reason
 from taskward.reads import (
     count_by_status_and_target,
     get_task,
+    list_retries,
     list_task_events,
     list_tasks,
     list_transitions,
@@ -37,8 +38,6 @@ from taskward.web.problems import problem_response
 from taskward.web.state import Services, services_of
 
 log = logging.getLogger("taskward.dashboard")
-
-PAGE_SIZE: Final = 50
 
 router = APIRouter(include_in_schema=False)
 
@@ -204,7 +203,7 @@ async def tasks_data(db: StateDB, services: Services, request: Request) -> dict[
         status=filters["status"],
         action_kind=DEFAULT_ALIASES.get(kind, kind) if kind else None,
         execution_target=filters["target"],
-        limit=PAGE_SIZE,
+        limit=views.PAGE_SIZE,
         cursor=cursor,
     )
     return views.tasks_regions(rows, next_cursor, filters)
@@ -217,13 +216,26 @@ def _task_id(request: Request) -> str:
     return task_id
 
 
-async def task_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
+async def _task_regions(db: StateDB, request: Request, *, with_retries: bool) -> dict[str, Any]:
     task_id = _task_id(request)
     row = await get_task(db, task_id)
     placement = await placement_reason(db, task_id) if row["status"] == "queued" else None
     facts = await list_transitions(db, task_id)
     events = await list_task_events(db, task_id)
-    return views.task_regions(row, placement, facts, events)
+    retries = None
+    if with_retries and is_terminal(row["status"]):  # only an ended task is retried (R19)
+        retries = await list_retries(db, task_id, limit=views.PAGE_SIZE)
+    return views.task_regions(row, placement, facts, events, retries)
+
+
+async def task_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
+    """The task's page as it polls: without its "Retried as", read when the page is rendered
+    (``task_page_data``) and not every two seconds: ``list_retries`` scans ``schedule_runs``."""
+    return await _task_regions(db, request, with_retries=False)
+
+
+async def task_page_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
+    return await _task_regions(db, request, with_retries=True)
 
 
 async def workers_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
@@ -258,6 +270,8 @@ async def tasks_page(request: Request) -> Response:
         statuses=[s.value for s in Status],
         targets=views.TARGETS,
         selected={name: q.get(name) or "" for name in ("status", "kind", "target")},
+        list_href=request.url.path + _query_suffix(request),
+        bulk_key=f"ui:bulk:{uuid.uuid4()}",
     )
 
 
@@ -271,10 +285,11 @@ async def task_page(request: Request, task_id: str) -> Response:
     return await _page(
         request,
         "task.html",
-        task_data,
+        task_page_data,
         "/ui/data/tasks/" + quote(task_id, safe=""),
         task_id=task_id,
         cancel_key=f"ui:{uuid.uuid4()}",
+        retry_key=f"ui:{uuid.uuid4()}",
     )
 
 
@@ -310,7 +325,9 @@ async def outbox_data(db: StateDB, services: Services, request: Request) -> dict
     cursor = _cursor(request)
     if status is not None and ("\x00" in status or len(status) > 255):
         raise TaskValidationError("status", status[:40], "a short value without NUL characters")
-    rows, next_cursor = await list_notifications(db, status=status, limit=PAGE_SIZE, cursor=cursor)
+    rows, next_cursor = await list_notifications(
+        db, status=status, limit=views.PAGE_SIZE, cursor=cursor
+    )
     return views.outbox_regions(
         rows,
         await count_notifications(db),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote, urlencode
 
 from taskward.lifecycle import TERMINAL, Status
@@ -23,6 +23,10 @@ Cell = dict[str, Any]
 
 TARGETS = sorted(EXECUTION_TARGETS)
 STATUSES = [s.value for s in Status]
+
+# Tasks on one page of a listing: the most one bulk retry takes (``actions``) and the most
+# "Retried as" shows.
+PAGE_SIZE: Final = 50
 
 
 def fmt_time(value: Any) -> str:
@@ -160,8 +164,10 @@ def overview_regions(
 
 
 def tasks_regions(
-    rows: Iterable[Mapping[str, Any]], next_cursor: str | None, filters: Mapping[str, str | None]
+    rows: Sequence[Mapping[str, Any]], next_cursor: str | None, filters: Mapping[str, str | None]
 ) -> dict[str, Region]:
+    """The list, its next-page link and, when it is filtered to an ended status, what the bulk
+    retry form posts: the ids shown (kept current while the page polls) and their count."""
     link: Region = {"kind": "link", "text": "", "href": None}
     if next_cursor:
         link = {
@@ -169,10 +175,15 @@ def tasks_regions(
             "text": "next page",
             "href": tasks_href(**filters, cursor=next_cursor),
         }
-    return {
+    regions: dict[str, Region] = {
         "tasks": table(TASK_COLUMNS, task_rows(rows), empty="no tasks match"),
         "next": link,
     }
+    if filters.get("status") in TERMINAL:
+        regions["bulk-retry"] = {"kind": "toggle", "visible": bool(rows)}
+        regions["bulk-ids"] = {"kind": "value", "value": " ".join(row["id"] for row in rows)}
+        regions["bulk-count"] = {"kind": "text", "text": str(len(rows))}
+    return regions
 
 
 def _pretty(value: Any) -> str:
@@ -184,7 +195,10 @@ def task_regions(
     placement: Mapping[str, Any] | None,
     facts: Iterable[Mapping[str, Any]],
     events: Iterable[Mapping[str, Any]],
+    retries: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Region]:
+    """The task's page. ``retries`` (``reads.list_retries``) adds its "Retried as" regions;
+    without them the page keeps the ones it was rendered with."""
     status = row["status"]
     items = [
         {"key": "status", "label": "status", "text": status, "cls": f"status status-{status}"},
@@ -216,7 +230,7 @@ def task_regions(
         )
     if placement is not None:
         items.append({"key": "placement", "label": "placement", "text": placement["reason"]})
-    return {
+    regions: dict[str, Region] = {
         "fields": {"kind": "fields", "items": items},
         "args": {"kind": "pre", "text": _pretty(row.get("action_args"))},
         "evidence": {"kind": "pre", "text": _pretty(row.get("status_evidence_refs") or [])},
@@ -225,7 +239,33 @@ def task_regions(
             "kind": "toggle",
             "visible": status not in TERMINAL and row.get("cancel_requested_at") is None,
         },
+        "retry": {"kind": "toggle", "visible": status in TERMINAL},
+        "retry-of": retry_of_region(row),
     }
+    if retries is not None:
+        regions["retried"] = {"kind": "toggle", "visible": bool(retries)}
+        regions["retries"] = table(
+            ("task", "status", "created", "idempotency key"),
+            (
+                [
+                    cell(r["id"], href=task_href(r["id"]), cls="mono"),
+                    status_cell(r["status"]),
+                    cell(fmt_time(r.get("created_at"))),
+                    cell(r.get("idempotency_key"), cls="mono"),
+                ]
+                for r in retries
+            ),
+            empty="not retried",
+        )
+    return regions
+
+
+def retry_of_region(row: Mapping[str, Any]) -> Region:
+    """A link to the task this one is an operator retry of (R19), or an empty link."""
+    parent = row.get("chain_parent_id")
+    if row.get("admission_source") != "retry" or not parent:
+        return {"kind": "link", "text": "", "href": None}
+    return {"kind": "link", "text": str(parent), "href": task_href(str(parent))}
 
 
 def _text(value: Any) -> str:

@@ -129,6 +129,10 @@
         el.hidden = !r.visible;
         return;
       }
+      if (r.kind === "value") {  // a form field the page keeps current (bulk retry's ids)
+        el.value = String(r.value);
+        return;
+      }
       var make = build[r.kind];
       if (make) { el.replaceChildren(make(r)); }
     });

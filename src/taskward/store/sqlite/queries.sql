@@ -77,6 +77,15 @@ WHERE (:status IS NULL OR status = :status)
 ORDER BY created_at DESC, id DESC
 LIMIT :limit;
 
+-- name: run_list_retries
+-- The operator retries of a task (R19): rows admitted by retry_task with chain_parent_id naming
+-- it, oldest first. Known limit: no index covers chain_parent_id, so this scans schedule_runs;
+-- the dashboard reads it once per page of an ended task (reads.list_retries), never per poll.
+SELECT id, status, created_at, idempotency_key FROM schedule_runs
+WHERE chain_parent_id = :task_id AND admission_source = 'retry'
+ORDER BY created_at, id
+LIMIT :limit;
+
 -- name: run_count_by_status
 SELECT status, count(*) AS n FROM schedule_runs GROUP BY status;
 
