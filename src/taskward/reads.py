@@ -121,10 +121,8 @@ async def list_tasks(
 async def list_retries(db: StateDB, task_id: str, *, limit: int = 50) -> list[Row]:
     """The tasks ``retry_task`` admitted from ``task_id`` (R19: admission source ``retry``,
     ``chain_parent_id`` naming it), oldest first, at most ``limit``; each row has ``id``,
-    ``status``, ``created_at`` and ``idempotency_key``. An unknown id has none.
-
-    Known limit: no index covers ``chain_parent_id``, so this scans ``schedule_runs``; call it
-    once per view of an ended task (only those are retried), not in a loop.
+    ``status``, ``created_at`` and ``idempotency_key``. An unknown id has none. One range of
+    ``idx_schedule_runs_chain_parent`` (migration 0011).
     """
     if not 1 <= limit <= MAX_LIST_LIMIT:
         raise TaskValidationError("limit", limit, f"1..{MAX_LIST_LIMIT}")

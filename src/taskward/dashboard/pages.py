@@ -230,7 +230,7 @@ async def _task_regions(db: StateDB, request: Request, *, with_retries: bool) ->
 
 async def task_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
     """The task's page as it polls: without its "Retried as", read when the page is rendered
-    (``task_page_data``) and not every two seconds: ``list_retries`` scans ``schedule_runs``."""
+    (``task_page_data``) and not every two seconds (a retry made elsewhere shows on reload)."""
     return await _task_regions(db, request, with_retries=False)
 
 

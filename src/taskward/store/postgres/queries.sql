@@ -87,8 +87,7 @@ LIMIT :limit;
 
 -- name: run_list_retries
 -- The operator retries of a task (R19): rows admitted by retry_task with chain_parent_id naming
--- it, oldest first. Known limit: no index covers chain_parent_id, so this scans schedule_runs;
--- the dashboard reads it once per page of an ended task (reads.list_retries), never per poll.
+-- it, oldest first, through idx_schedule_runs_chain_parent (migration 0011).
 SELECT id, status, created_at, idempotency_key FROM schedule_runs
 WHERE chain_parent_id = :task_id AND admission_source = 'retry'
 ORDER BY created_at, id

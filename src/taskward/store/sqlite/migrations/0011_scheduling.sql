@@ -33,6 +33,12 @@ CREATE INDEX idx_schedule_runs_claim_rank
   WHERE status = 'queued';
 DROP INDEX idx_schedule_runs_claim;
 
+-- R19: a task's retries (chain_parent_id) listed on its page; only retries set the column, so
+-- the partial index costs ordinary admissions nothing.
+CREATE INDEX idx_schedule_runs_chain_parent
+  ON schedule_runs(chain_parent_id)
+  WHERE chain_parent_id IS NOT NULL;
+
 CREATE TABLE task_limits (
   limit_key   TEXT PRIMARY KEY,
   max_running INTEGER CHECK (max_running >= 0),
