@@ -492,3 +492,14 @@ async def test_an_operator_retry_keeps_priority_limit_key_and_ceiling_but_runs_n
         None,
     )
     assert row["queued_at"] == T0 + 2
+
+
+async def test_the_sync_client_admits_the_scheduling_fields_alike(db: StateDB, db_url: str) -> None:
+    fields = {"run_after": T0 + 60, "priority": -2, "max_attempts": 2, "limit_key": "tenant:s"}
+    with taskward.SyncClient(db_url, registry=REGISTRY) as client:
+        task_id = client.submit_task(app(idempotency_key="sync-1", **fields))
+        assert client.submit_task(app(idempotency_key="sync-1", **fields)) == task_id
+        with pytest.raises(TaskIdempotencyConflict):
+            client.submit_task(app(idempotency_key="sync-1", **{**fields, "priority": 3}))
+    row = await taskward.get_task(db, task_id)
+    assert {k: row[k] for k in fields} == fields
