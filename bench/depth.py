@@ -1147,12 +1147,14 @@ def explain_claim(store: Store) -> dict[str, Any]:
     registry = taskward.build_registry(taskward.AdapterConfig(imports=(TASKS_MODULE,)))
     kinds = json.dumps(sorted(set(registry.kinds())))
     page: dict[str, Any] = {
-        "max_attempts": 3,
-        "default_max_attempts": 3,
+        "max_attempts": 3,  # the former statement's ceiling (R18: today's reads the row's own)
+        "now": time.time(),  # R16: the rows due by now (every row the benchmark queued)
         "kinds": kinds,
         "targets": json.dumps(["host"]),
         "capabilities": "[]",
         "soft": json.dumps(["warmed-cache"]),
+        "held": "[]",
+        "cursor_rank": None,
         "cursor_queued_at": None,
         "cursor_id": None,
         "page_size": 50,

@@ -1,8 +1,10 @@
 """ADR-0037 D6: the in-tree LocalTaskSource and LocalSummaryStore pass the reusable conformance
 suite (``taskward.testing``) on both backends.
 
-Time is injected, never slept: a crash-style lease expiry runs the reaper with ``now`` just past
-the stored ``lease_expires_at`` (R6: expired when ``lease_expires_at < now``).
+Nothing sleeps: a crash-style lease expiry moves the stored ``lease_expires_at`` to just before
+the store's clock and runs the reaper on that clock (R6: expired when ``lease_expires_at < now``).
+The reaper never runs at an injected future time: R16, a claim takes only rows queued by its own
+time, so a row requeued in the future would not be due for the next claim.
 """
 
 from __future__ import annotations
@@ -92,14 +94,28 @@ class LocalHarness(ConformanceHarness):
     async def expire_lease(self, task_id: str) -> None:
         row = await taskward.get_task(self.db, task_id)
         assert row["status"] == "running", row
-        past = float(row["lease_expires_at"]) + 0.001
-        await reap_expired_leases(self.db, now=past, retry_policy=IMMEDIATE)
-        await promote_due_retries(self.db, now=past)
+        # The lease runs out now (a compare-and-swap on the lease as read; owner, attempt and
+        # deadline kept), then the queue's own recovery runs on the store's clock.
+        async with self.db.transaction() as tx:
+            lapsed = await tx.run_update_if(
+                task_id,
+                "running",
+                {"lease_expires_at": tx.now - 0.001},
+                {
+                    "leased_by": row["leased_by"],
+                    "lease_attempts": row["lease_attempts"],
+                    "lease_expires_at": row["lease_expires_at"],
+                },
+            )
+        assert lapsed is not None, row
+        await reap_expired_leases(self.db, retry_policy=IMMEDIATE)
+        await promote_due_retries(self.db)
 
     async def release_retries(self) -> None:
         await promote_due_retries(self.db)
 
     async def set_ceiling(self, attempts: int) -> None:
+        # R18: the ceiling of the tasks admitted from now on; each row keeps its own
         await set_max_attempts(self.db, attempts)
 
     async def status(self, task_id: str) -> QueueState:

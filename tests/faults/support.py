@@ -306,7 +306,7 @@ async def settle_and_check(
     )
     now = horizon + 3600.0
     policy = RetryPolicy(base_s=0.0, jitter=0.0)
-    for _ in range(3):  # expire, promote, and end whatever a lowered ceiling stranded
+    for _ in range(3):  # expire, promote, and end a retry promoted at its own ceiling
         await reap_expired_leases(db, now=now, retry_policy=policy)
         await reap_deadlines(db, now=now)
     await assert_invariants(db, acknowledged=acknowledged, now=now, outbox_purged=outbox_purged)

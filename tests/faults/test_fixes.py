@@ -2,8 +2,10 @@
 
 - ``claim_and_execute`` (ADR-0071 D4) completed runs without a summary: it now writes the
   complete summary first, as the resident host does (ADR-0037 D4);
-- lowering the stored attempt ceiling stranded idle rows at it (R6, no edge out): the reapers
-  now end them ``queued -> skipped`` with reason ``attempt_ceiling``;
+- lowering the stored attempt ceiling stranded idle rows at it (R6, no edge out): each row now
+  stores its own ceiling at admission (R18), so lowering the queue's strands nothing, and a row
+  promoted out of ``retry_wait`` at its own ceiling is ended ``queued -> skipped`` with reason
+  ``attempt_ceiling`` at once;
 - the ``command`` adapter had no memory limit: ``memory_limit_mb`` caps the child's address
   space (``RLIMIT_AS``) and a breach is a retryable failure, unlike a plain non-zero exit;
 - a command outlived a worker killed outright: it now dies with it (``PR_SET_PDEATHSIG``).
@@ -29,9 +31,9 @@ from taskward.checker import assert_invariants, check_invariants
 from taskward.claims import WorkerSpec, claim_runs
 from taskward.errors import TaskValidationError
 from taskward.execution import RetryPolicy, settle_lease
-from taskward.maintenance.reaper import end_stranded_at_ceiling, promote_due_retries
+from taskward.maintenance.reaper import promote_due_retries
 from taskward.registry import CancellationToken, TaskExecutionResult
-from taskward.settings import SWEPT_CEILING, set_max_attempts
+from taskward.settings import set_max_attempts
 from taskward.store.port import StateDB
 from tests.worker_procs import ROOT
 
@@ -44,10 +46,16 @@ NO_JITTER = RetryPolicy(base_s=10.0, factor=2.0, cap_s=100.0, jitter=0.0)
 T0 = 1_000_000.0
 
 
-async def submit(db: StateDB, kind: str = "noop", args: dict | None = None) -> str:
+async def submit(
+    db: StateDB, kind: str = "noop", args: dict | None = None, *, max_attempts: int | None = None
+) -> str:
     key = str(uuid.uuid4())
     app = taskward.TaskApplication(
-        action_kind=kind, args=args or {}, execution_target="host", idempotency_key=key
+        action_kind=kind,
+        args=args or {},
+        execution_target="host",
+        idempotency_key=key,
+        max_attempts=max_attempts,
     )
     return await taskward.submit_task(db, app, registry=REGISTRY, now=T0)
 
@@ -106,11 +114,12 @@ async def test_claim_and_execute_never_completes_a_run_whose_summary_cannot_be_w
     assert await facts(db, task_id) == [("running", "claimed"), ("retry_wait", "summary_failed")]
 
 
-# -- (b) a lowered ceiling: stranded rows are ended by the reapers ---------------------------
+# -- (b) a lowered ceiling: nothing is stranded (R18), a retry at its own ceiling is skipped ---
 
 
 async def _fail_every_claimable(db: StateDB, *, now: float) -> list[str]:
-    """Claim whatever is claimable and settle each lease as a retryable failure."""
+    """Claim whatever is claimable and settle each lease as a retryable failure, judged by a
+    ceiling of 5 whatever the row's own (as a row stored before R18 could be)."""
     failed = []
     for lease in await claim_runs(db, spec(), now=now):
         result = TaskExecutionResult(status="failed", retryable=True, error_detail="again")
@@ -121,70 +130,71 @@ async def _fail_every_claimable(db: StateDB, *, now: float) -> list[str]:
     return failed
 
 
-async def test_a_queued_row_at_a_lowered_ceiling_is_skipped_by_the_reaper(db: StateDB) -> None:
+async def test_a_queued_row_keeps_its_ceiling_when_the_queue_ceiling_is_lowered(
+    db: StateDB,
+) -> None:
     await set_max_attempts(db, 5)
-    stranded = await submit(db)
-    assert await _fail_every_claimable(db, now=T0) == [stranded]
+    kept = await submit(db)
+    assert await _fail_every_claimable(db, now=T0) == [kept]
     await promote_due_retries(db, now=T0 + 100)
-    assert await _fail_every_claimable(db, now=T0 + 100) == [stranded]
+    assert await _fail_every_claimable(db, now=T0 + 100) == [kept]
     await taskward.reap_expired_leases(db, now=T0 + 1000, retry_policy=NO_JITTER)
-    fresh = await submit(db)
-    assert (await taskward.get_task(db, stranded))["status"] == "queued"
-    await set_max_attempts(db, 2)  # the row is at the new ceiling: no claim selects it again
-    assert "stranded_at_ceiling" in {v.code for v in await check_invariants(db, now=T0 + 1001)}
+    assert (await taskward.get_task(db, kept))["status"] == "queued"
+    await set_max_attempts(db, 2)  # at the row's attempts: it keeps the 5 of its admission
+    assert await check_invariants(db, now=T0 + 1001) == []
     counts = await taskward.reap_expired_leases(db, now=T0 + 1001, retry_policy=NO_JITTER)
-    assert counts["skipped"] == 1
-    row = await taskward.get_task(db, stranded)
-    assert row["status"] == "skipped" and row["ended_at"] == T0 + 1001
-    last = (await taskward.list_transitions(db, stranded))[-1]
-    assert (last["previous_status"], last["status"]) == ("queued", "skipped")
-    assert last["reason_code"] == "attempt_ceiling"
-    assert last["metadata"]["attempt_ceiling"] == 2
-    assert (await taskward.get_task(db, fresh))["status"] == "queued"  # below it: untouched
-    await assert_invariants(db, now=T0 + 1001)
-    # once per ceiling change: the next pass does not scan again
-    assert (await db.fetchone("setting_get", {"name": SWEPT_CEILING})) == {"value": "2"}
-    assert (await end_stranded_at_ceiling(db, now=T0 + 1002))["skipped"] == 0
+    assert counts["skipped"] == 0
+    [lease] = await claim_runs(db, spec(), now=T0 + 1002)
+    assert (lease.task_id, lease.attempt) == (kept, 3)
+    row = await taskward.get_task(db, kept)
+    assert (row["status"], row["max_attempts"]) == ("running", 5)
+    await assert_invariants(db, now=T0 + 1002)
 
 
-async def test_a_retry_promoted_at_a_lowered_ceiling_is_skipped_at_once(db: StateDB) -> None:
+async def test_a_retry_promoted_at_its_own_ceiling_is_skipped_at_once(db: StateDB) -> None:
     await set_max_attempts(db, 5)
-    task_id = await submit(db)
-    assert await _fail_every_claimable(db, now=T0) == [task_id]
+    task_id = await submit(db, max_attempts=1)
+    below = await submit(db)
+    assert sorted(await _fail_every_claimable(db, now=T0)) == sorted([task_id, below])
     assert (await taskward.get_task(db, task_id))["status"] == "retry_wait"
     await taskward.reap_expired_leases(db, now=T0 + 1, retry_policy=NO_JITTER)  # not due yet
-    await set_max_attempts(db, 1)
+    await set_max_attempts(db, 1)  # R18: reaches neither stored row
     counts = await taskward.reap_expired_leases(db, now=T0 + 1000, retry_policy=NO_JITTER)
-    assert counts["queued"] == 1 and counts["skipped"] == 1
+    assert counts["queued"] == 2 and counts["skipped"] == 1
     assert await facts(db, task_id) == [
         ("running", "claimed"),
         ("retry_wait", "retryable_failure"),
         ("queued", "retry_ready"),
         ("skipped", "attempt_ceiling"),
     ]
+    last = (await taskward.list_transitions(db, task_id))[-1]
+    assert last["metadata"]["attempt_ceiling"] == 1
+    assert (await taskward.get_task(db, below))["status"] == "queued"
     await assert_invariants(db, now=T0 + 1000)
 
 
-async def test_two_reapers_racing_over_a_stranded_row_write_one_fact(
+async def test_two_reapers_racing_over_a_retry_at_its_ceiling_write_one_fact(
     db: StateDB, db_url: str
 ) -> None:
-    await set_max_attempts(db, 5)
-    ids = [await submit(db) for _ in range(5)]
+    ids = [await submit(db, max_attempts=1) for _ in range(5)]
     assert sorted(await _fail_every_claimable(db, now=T0)) == sorted(ids)
-    await promote_due_retries(db, now=T0 + 100)
-    await set_max_attempts(db, 1)
     other = await taskward.open_db(db_url)
     try:
         a, b = await asyncio.gather(
-            end_stranded_at_ceiling(db, now=T0 + 101),
-            end_stranded_at_ceiling(other, now=T0 + 101),
+            taskward.reap_expired_leases(db, now=T0 + 100, retry_policy=NO_JITTER),
+            taskward.reap_expired_leases(other, now=T0 + 100, retry_policy=NO_JITTER),
         )
     finally:
         await other.close()
     assert a["skipped"] + b["skipped"] == 5
     for task_id in ids:
-        assert [s for s, _ in await facts(db, task_id)].count("skipped") == 1
-    await assert_invariants(db, now=T0 + 101)
+        assert [s for s, _ in await facts(db, task_id)] == [
+            "running",
+            "retry_wait",
+            "queued",
+            "skipped",
+        ]
+    await assert_invariants(db, now=T0 + 100)
 
 
 async def test_a_raised_ceiling_strands_nothing(db: StateDB) -> None:

@@ -141,6 +141,21 @@ class Raw:
             for _, create in triggers:
                 self.run(create)
 
+    def insertable_columns(self, table: str) -> list[str]:
+        """The columns of ``table`` an INSERT may name, in table order: not the generated ones
+        (``schedule_runs.claim_rank``), which ``SELECT *`` returns but no INSERT may set."""
+        if self.is_pg:
+            rows = self.conn.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = current_schema() AND table_name = %s "
+                "AND is_generated = 'NEVER' ORDER BY ordinal_position",
+                (table,),
+            ).fetchall()
+            return [name for (name,) in rows]
+        # table_xinfo's hidden: 2 and 3 mark generated columns (virtual, stored)
+        rows = self.conn.execute(f"PRAGMA table_xinfo({table})").fetchall()
+        return [row[1] for row in rows if row[6] not in (2, 3)]
+
     def clone(self, table: str, where: str, *params: object, **changes: str) -> None:
         """Insert a copy of the rows of ``table`` matching ``where`` with column ``changes``
         (SQL expressions over the copied row); it lands last in insertion order."""
@@ -152,7 +167,8 @@ class Raw:
             overriding = "OVERRIDING SYSTEM VALUE"
         sets = ", ".join(f"{column} = {expr}" for column, expr in changes.items())
         self.run(f"UPDATE tw_clone SET {sets}")
-        self.run(f"INSERT INTO {table} {overriding} SELECT * FROM tw_clone")
+        columns = ", ".join(self.insertable_columns(table))
+        self.run(f"INSERT INTO {table} ({columns}) {overriding} SELECT {columns} FROM tw_clone")
         self.run("DROP TABLE tw_clone")
 
     def close(self) -> None:
@@ -463,8 +479,9 @@ def reaped_under_another_attempt(raw: Raw, s: Scenario) -> None:
     )
 
 
-def ceiling_lowered_below_work(raw: Raw, s: Scenario) -> None:
-    raw.run("UPDATE queue_settings SET value = '1' WHERE name = 'max_attempts'")
+def own_ceiling_lowered_below_work(raw: Raw, s: Scenario) -> None:
+    # R18: each row is judged by its own stored ceiling; E took two attempts
+    raw.run("UPDATE schedule_runs SET max_attempts = 1 WHERE id = ?", s.e)
 
 
 def summary_deleted(raw: Raw, s: Scenario) -> None:
@@ -537,7 +554,7 @@ CORRUPTIONS: dict[str, tuple[Corruption, set[str]]] = {
     "completed_by_another_lease": (completed_by_another_lease, {"lease_not_current"}),
     "completed_by_a_stale_presenter": (completed_by_a_stale_presenter, {"lease_not_current"}),
     "reaped_under_another_attempt": (reaped_under_another_attempt, {"lease_not_current"}),
-    "ceiling_lowered_below_work": (ceiling_lowered_below_work, {"attempts_above_ceiling"}),
+    "own_ceiling_lowered_below_work": (own_ceiling_lowered_below_work, {"attempts_above_ceiling"}),
     "summary_deleted": (summary_deleted, {"summary_missing"}),
     "summary_left_pending": (summary_left_pending, {"summary_missing"}),
     "summary_rewritten_later": (summary_rewritten_later, {"summary_after_completion"}),
@@ -573,7 +590,10 @@ async def test_an_idle_row_at_the_ceiling_is_stranded(db: StateDB, raw: Raw) -> 
     await promote_due_retries(db, now=T0 + 100)
     assert (await taskward.get_task(db, task_id))["status"] == "queued"
     assert await codes(db) == set()
+    # R18: the queue's setting no longer reaches a stored row; only a row's own ceiling does
     raw.run("UPDATE queue_settings SET value = '1' WHERE name = 'max_attempts'")
+    assert await codes(db) == set()
+    raw.run("UPDATE schedule_runs SET max_attempts = 1 WHERE id = ?", task_id)
     assert await codes(db) == {"stranded_at_ceiling"}
 
 
@@ -674,8 +694,7 @@ async def test_twenty_thousand_tasks_check_in_seconds(
         ),
     }
     for table, (key, changes) in plans.items():
-        cursor = raw.conn.execute(f"SELECT * FROM {table} LIMIT 0")
-        columns = [d[0] for d in cursor.description if d[0] != "seq"]
+        columns = [c for c in raw.insertable_columns(table) if c != "seq"]
         exprs = ", ".join(changes.get(c, c) for c in columns)
         # copies keep each task's facts in their insertion order
         if not raw.is_pg:

@@ -159,6 +159,30 @@ async def claim(src: LocalTaskSource) -> Task:
     return task
 
 
+async def lapse_and_reap(db: StateDB, task_id: str) -> None:
+    """A crashed owner's lease runs out now and the reaper requeues the task at once.
+
+    The row's stored expiry moves to just before the store's clock (owner, attempt and deadline
+    kept, a compare-and-swap on the lease as read), then the reaper runs on that clock. It must
+    not run at an injected future time instead: R16, a claim takes only rows queued by its own
+    time, and the row a future reaper requeued would not be due for a claim made now."""
+    row = await taskward.get_task(db, task_id)
+    async with db.transaction() as tx:
+        lapsed = await tx.run_update_if(
+            task_id,
+            "running",
+            {"lease_expires_at": tx.now - 0.001},
+            {
+                "leased_by": row["leased_by"],
+                "lease_attempts": row["lease_attempts"],
+                "lease_expires_at": row["lease_expires_at"],
+            },
+        )
+    assert lapsed is not None, row
+    counts = await reap_expired_leases(db, retry_policy=IMMEDIATE)
+    assert (counts["retry_wait"], counts["queued"]) == (1, 1), counts
+
+
 async def _forever(task: Task, session: Any) -> dict[str, Any]:
     await asyncio.Event().wait()
     return {}
@@ -208,8 +232,7 @@ async def test_a_missing_or_blank_objective_becomes_kind_and_id_and_cwd_the_work
 async def test_attempt_and_session_key_follow_a_reclaim(db: StateDB) -> None:
     task_id = await submit(db)
     first = await claim(source(db, "host:aaaaaaaa"))
-    past = (await taskward.get_task(db, task_id))["lease_expires_at"] + 0.001
-    await reap_expired_leases(db, now=past, retry_policy=IMMEDIATE)
+    await lapse_and_reap(db, task_id)
     second = await claim(source(db, "host:bbbbbbbb"))
     assert (second.attempt, second.lease_id) == (2, "host:bbbbbbbb/2")
     assert session_key_for(first) != session_key_for(second) == f"{task_id}:2"
@@ -226,15 +249,21 @@ async def test_tasks_at_the_ceiling_are_never_claimed(db: StateDB) -> None:
         await src.fail(task.id, task.lease_id, failure)
         await promote_due_retries(db)
     assert await status(db, task_id) == "failed"
+    # R18: the row keeps the ceiling of its admission, so lowering the queue's to the row's
+    # attempts strands nothing: it is claimed again and dead-lettered at its own ceiling
     other = await submit(db)
     task = await claim(src)
     assert task.id == other
-    await src.fail(
-        task.id, task.lease_id, TaskFailure(code="flow_failed", detail="x", retryable=True)
-    )
-    await set_max_attempts(db, 1)  # the shared ceiling drops to the row's attempts
+    failure = TaskFailure(code="flow_failed", detail="x", retryable=True)
+    assert await src.fail(task.id, task.lease_id, failure) == ACCEPTED
+    await set_max_attempts(db, 1)
     await promote_due_retries(db)
     assert await status(db, other) == "queued"
+    task = await claim(src)
+    assert (task.id, task.attempt) == (other, 2)
+    at_ceiling = TaskAck(applied=True, rejection="attempt_ceiling")
+    assert await src.fail(task.id, task.lease_id, failure) == at_ceiling
+    assert await status(db, other) == "failed"
     assert await src.claim() is None
 
 
@@ -767,8 +796,7 @@ async def test_the_manifest_ref_resolves_to_the_row_and_its_facts(db: StateDB) -
 async def test_an_earlier_attempts_manifest_names_that_attempts_lease(db: StateDB) -> None:
     task_id = await submit(db)
     first = await claim(source(db, "host:aaaaaaaa"))
-    past = (await taskward.get_task(db, task_id))["lease_expires_at"] + 0.001
-    await reap_expired_leases(db, now=past, retry_policy=IMMEDIATE)
+    await lapse_and_reap(db, task_id)
     second_src = source(db, "host:bbbbbbbb")
     second = await claim(second_src)
     assert await second_src.complete(task_id, second.lease_id, result_for(second)) == ACCEPTED
@@ -1020,9 +1048,7 @@ async def test_a_stale_owners_late_result_is_kept_as_a_stale_result_event(db: St
 
         await wait_until(running, "the old owner to start", serving=serve)
         # The old owner looks dead: its lease lapses, the reaper requeues, another worker wins.
-        past = (await taskward.get_task(db, task_id))["lease_expires_at"] + 0.001
-        await reap_expired_leases(db, now=past, retry_policy=IMMEDIATE)
-        await promote_due_retries(db, now=past)
+        await lapse_and_reap(db, task_id)
         new = await claim(source(db, "host:bbbbbbbb"))
         gate.set()
 

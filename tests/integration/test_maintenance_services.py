@@ -19,15 +19,15 @@ from taskward.claims import Lease, WorkerSpec, claim_runs
 from taskward.execution import RetryPolicy, settle_lease
 from taskward.maintenance import (
     REAPER,
-    CeilingSweeper,
     DeadlineReaper,
     LeaseReaper,
     Maintenance,
     RetryPromoter,
     reaper,
 )
+from taskward.maintenance.ceiling import skip_at_ceiling
 from taskward.registry import TaskExecutionResult
-from taskward.settings import get_swept_ceiling, set_max_attempts
+from taskward.settings import set_max_attempts
 from taskward.store.port import Row, StateDB
 from tests.integration.helpers import SYSTEM, submit
 
@@ -82,10 +82,13 @@ async def cancel(db: StateDB, task_id: str, *, now: float) -> None:
     assert result.state == "cancelled"
 
 
-async def in_retry_wait(db: StateDB, *, now: float = T0) -> tuple[str, float]:
-    """A new task failed retryably on its first attempt at ``now``, whatever the stored
-    ceiling: ``retry_wait``, attempt 1. Returns its id and ``retry_at``."""
-    task_id = await submit(db, now=now)
+async def in_retry_wait(
+    db: StateDB, *, now: float = T0, max_attempts: int | None = None
+) -> tuple[str, float]:
+    """A new task failed retryably on its first attempt at ``now``, judged by a ceiling of 5
+    whatever its own (``max_attempts``, R18: stored on the row at admission): ``retry_wait``,
+    attempt 1. Returns its id and ``retry_at``."""
+    task_id = await submit(db, now=now, max_attempts=max_attempts)
     lease = await claim(db, now=now)
     assert lease.task_id == task_id
     failed = TaskExecutionResult(status="failed", retryable=True, error_detail="again")
@@ -215,70 +218,55 @@ async def test_a_cancel_after_the_retry_promoter_read_wins(db: StateDB) -> None:
     assert await reaper_facts(db, task_id) == []
 
 
-async def test_retry_promoter_skips_a_row_it_queued_at_the_ceiling(db: StateDB) -> None:
-    task_id, now = await in_retry_wait(db)
+async def test_retry_promoter_skips_a_row_it_queued_at_its_own_ceiling(db: StateDB) -> None:
+    task_id, now = await in_retry_wait(db, max_attempts=1)
+    below, _ = await in_retry_wait(db)  # its own ceiling is the queue's 3, however lowered
     await set_max_attempts(db, 1)
     counts = await RetryPromoter().run_once(db, now=now)
-    assert counts == {"queued": 1, "cancelled": 0, "skipped": 1}
+    assert counts == {"queued": 2, "cancelled": 0, "skipped": 1}
     assert (await facts(db, task_id))[-2:] == [
         ("queued", "retry_ready", f"ready:{task_id}:1"),
         ("skipped", "attempt_ceiling", f"ceiling:{task_id}:1"),
     ]
     assert (await row(db, task_id))["ended_at"] == now
+    assert (await row(db, below))["status"] == "queued"
 
 
-async def test_promotion_alone_reads_no_ceiling(db: StateDB) -> None:
-    task_id, due = await in_retry_wait(db)
-    await set_max_attempts(db, 1)
+async def test_promotion_alone_skips_nothing(db: StateDB) -> None:
+    task_id, due = await in_retry_wait(db, max_attempts=1)
     promoted = await RetryPromoter().promote(db, now=due)
     assert promoted.counts == {"queued": 1, "cancelled": 0}
-    assert promoted.queued == [(task_id, 1)]
+    assert promoted.queued == [(task_id, 1, 1)]  # id, attempts, the row's own ceiling
     assert (await row(db, task_id))["status"] == "queued"
 
 
 # -- ceiling ----------------------------------------------------------------------------------
 
 
-async def test_ceiling_sweeper_ends_a_stranded_row_once_per_ceiling_change(db: StateDB) -> None:
-    stranded, _ = await in_retry_wait(db)
-    later, later_due = await in_retry_wait(db, now=T0 + 1000)
-    assert (await RetryPromoter().promote(db, now=T0 + 1005)).queued == [(stranded, 1)]
-    below = await submit(db, now=T0 + 2000)
+async def test_a_lowered_queue_ceiling_ends_no_row(db: StateDB) -> None:
+    """R18: each row keeps the ceiling of its admission, so lowering the queue's strands
+    nothing and no maintenance pass ends a row for it; only later admissions take it."""
+    requeued, due = await in_retry_wait(db)
+    waiting, _ = await in_retry_wait(db, now=T0 + 1000)
+    assert (await RetryPromoter().promote(db, now=due)).queued == [(requeued, 1, 3)]
+    fresh = await submit(db, now=T0 + 2000)
     await set_max_attempts(db, 1)
-    assert await CeilingSweeper().run_once(db, now=T0 + 5000) == {"skipped": 1}
-    ended = await row(db, stranded)
-    assert ended["status"] == "skipped" and ended["ended_at"] == T0 + 5000
-    promotion, fact = await reaper_facts(db, stranded)
-    assert promotion["reason_code"] == "retry_ready"
-    assert (fact["previous_status"], fact["reason_code"]) == ("queued", "attempt_ceiling")
-    assert fact["idempotency_key"] == f"ceiling:{stranded}:1"
-    assert fact["reason_summary"] == (
-        "1 attempt(s) at the attempt ceiling of 1: never claimed again"
-    )
-    assert fact["metadata"] == {"attempt_ceiling": 1}
-    assert (await row(db, below))["status"] == "queued"  # no attempt yet: below the ceiling
-    assert (await row(db, later))["status"] == "retry_wait"  # ended when promoted, not here
-    assert await get_swept_ceiling(db) == 1
-    # the same ceiling: no scan again, so a row queued at it since is not seen
-    assert (await RetryPromoter().promote(db, now=later_due)).queued == [(later, 1)]
-    assert await CeilingSweeper().run_once(db, now=T0 + 6000) == {"skipped": 0}
-    assert (await row(db, later))["status"] == "queued"
-    # each change of the ceiling: one sweep more
-    await set_max_attempts(db, 2)
-    assert await CeilingSweeper().run_once(db, now=T0 + 7000) == {"skipped": 0}
-    assert await get_swept_ceiling(db) == 2
-    await set_max_attempts(db, 1)
-    assert await CeilingSweeper().run_once(db, now=T0 + 8000) == {"skipped": 1}
-    assert (await row(db, later))["status"] == "skipped"
+    counts = await Maintenance().recover_once(db, now=T0 + 5000)
+    assert (counts["queued"], counts["skipped"]) == (1, 0)  # the waiting retry, promoted
+    for task_id in (requeued, waiting, fresh):
+        kept = await row(db, task_id)
+        assert (kept["status"], kept["max_attempts"]) == ("queued", 3)
+    later = await submit(db, now=T0 + 6000)
+    assert (await row(db, later))["max_attempts"] == 1
 
 
-async def test_a_cancel_after_the_ceiling_sweeper_read_wins(db: StateDB) -> None:
-    task_id, due = await in_retry_wait(db)
-    assert (await RetryPromoter().promote(db, now=due)).queued
-    await set_max_attempts(db, 1)
-    racing = RaceAfter(db, "check_attempts", lambda: cancel(db, task_id, now=T0 + 5000))
-    assert await CeilingSweeper().run_once(racing.store, now=T0 + 5000) == {"skipped": 0}
-    assert racing.raced
+async def test_a_cancel_before_the_ceiling_skip_wins(db: StateDB) -> None:
+    """The skip of a row promoted at its ceiling is a compare-and-swap: a cancel landing
+    between the promotion and the skip wins, and the skip writes nothing."""
+    task_id, due = await in_retry_wait(db, max_attempts=1)
+    assert (await RetryPromoter().promote(db, now=due)).queued == [(task_id, 1, 1)]
+    await cancel(db, task_id, now=due + 1)
+    assert await skip_at_ceiling(db, task_id, "queued", 1, 1, now=due + 2) == 0
     assert (await row(db, task_id))["status"] == "cancelled"
     assert [s for s, _, _ in await facts(db, task_id)] == [
         "running",
@@ -286,7 +274,6 @@ async def test_a_cancel_after_the_ceiling_sweeper_read_wins(db: StateDB) -> None
         "queued",
         "cancelled",
     ]
-    assert await get_swept_ceiling(db) == 1
 
 
 # -- deadlines --------------------------------------------------------------------------------
@@ -349,36 +336,27 @@ async def test_a_lease_reaped_without_backoff_is_promoted_in_the_same_pass(db: S
     assert [s for s, _, _ in await facts(db, task_id)] == ["running", "retry_wait", "queued"]
 
 
-async def test_a_row_promoted_at_a_lowered_ceiling_is_skipped_in_the_same_pass(
+async def test_a_row_promoted_at_its_own_ceiling_is_skipped_in_the_same_pass(
     db: StateDB,
 ) -> None:
-    stranded, stranded_due = await in_retry_wait(db)
-    promoted, now = await in_retry_wait(db, now=T0 + 1000)
-    assert stranded_due < T0 + 1005 < now
-    assert (await RetryPromoter().promote(db, now=T0 + 1005)).queued == [(stranded, 1)]
-    await set_max_attempts(db, 1)
+    at_ceiling, now = await in_retry_wait(db, max_attempts=1)
+    below, _ = await in_retry_wait(db)
+    await set_max_attempts(db, 1)  # R18: reaches neither stored row
     counts = await Maintenance().recover_once(db, now=now)
-    # the promoted row by the retries' own skip, the stranded one by the sweep
     assert counts == {
         "expired": 0,
         "retry_wait": 0,
         "failed": 0,
-        "queued": 1,
+        "queued": 2,
         "cancelled": 0,
-        "skipped": 2,
+        "skipped": 1,
     }
-    for task_id in (promoted, stranded):
-        assert (await facts(db, task_id))[-1] == (
-            "skipped",
-            "attempt_ceiling",
-            f"ceiling:{task_id}:1",
-        )
-    assert await get_swept_ceiling(db) == 1
-    # the ceiling already swept: a row promoted at it is still skipped, by the retries
-    later, later_due = await in_retry_wait(db, now=T0 + 2000)
-    counts = await Maintenance().recover_once(db, now=later_due)
-    assert (counts["queued"], counts["skipped"]) == (1, 1)
-    assert (await row(db, later))["status"] == "skipped"
+    assert (await facts(db, at_ceiling))[-1] == (
+        "skipped",
+        "attempt_ceiling",
+        f"ceiling:{at_ceiling}:1",
+    )
+    assert (await row(db, below))["status"] == "queued"
 
 
 async def test_run_once_adds_the_deadlines_to_the_recovery(db: StateDB) -> None:
@@ -399,8 +377,7 @@ async def test_run_once_adds_the_deadlines_to_the_recovery(db: StateDB) -> None:
 
 
 async def test_the_reaper_functions_are_the_services(db: StateDB) -> None:
-    task_id, due = await in_retry_wait(db)
-    await set_max_attempts(db, 1)
+    task_id, due = await in_retry_wait(db, max_attempts=1)
     counts = await reaper.reap_expired_leases(db, now=due)
     assert (counts["queued"], counts["skipped"]) == (1, 1)
     assert (await row(db, task_id))["status"] == "skipped"

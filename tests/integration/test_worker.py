@@ -14,6 +14,7 @@ import taskward
 from taskward import Actor, TaskExecutionResult
 from taskward.adapters import AdapterConfig, build_registry
 from taskward.claims import Lease, WorkerSpec, _page_params, claim_rows, claim_runs
+from taskward.claims.pages import START
 from taskward.execution import RetryPolicy, execute_lease, settle_lease
 from taskward.groupcommit import GroupCommit
 from taskward.maintenance.reaper import promote_due_retries, reap_deadlines
@@ -31,6 +32,7 @@ REGISTRY = build_registry(
 )
 NO_JITTER = RetryPolicy(base_s=10.0, factor=2.0, cap_s=100.0, jitter=0.0)
 T0 = 1_000_000.0
+PAGE_AT = T0 + 1000  # a claim page read here sees every row these tests queue (R16: due rows)
 
 
 async def submit(
@@ -477,9 +479,7 @@ async def test_a_pass_whose_first_candidates_are_taken_scans_on_past_them(
         pytest.skip("row locks held by another open transaction exist only on PostgreSQL")
     ids = [await submit(db, now=T0 + i) for i in range(40)]
     async with db.transaction() as holder:  # another claimer, mid-pass, holding the oldest 30
-        held = await holder.fetchall(
-            "run_claim_page", _page_params(spec(), 3, (None, None), 30, 30)
-        )
+        held = await holder.fetchall("run_claim_page", _page_params(spec(), PAGE_AT, START, 30, 30))
         assert [r["id"] for r in held if r["locked"]] == ids[:30]
         # the pool serves this pass on other connections
         group = GroupCommit(db) if grouped else None
@@ -511,7 +511,7 @@ async def test_a_claim_page_locks_the_first_free_rows_past_held_ones_in_page_ord
             )
             async with db.transaction() as tx:
                 page = await tx.fetchall(
-                    "run_claim_page", _page_params(spec(), 3, (None, None), 10, lock)
+                    "run_claim_page", _page_params(spec(), PAGE_AT, START, 10, lock)
                 )
                 assert [r["id"] for r in page] == ids
                 assert [r["id"] for r in page if r["locked"]] == expected, (held, lock)
@@ -528,7 +528,7 @@ async def test_a_claim_page_locks_only_rows_its_worker_serves(db: StateDB, backe
     warm = await submit(db, required_capabilities=["warmed-cache"], now=T0 + 2)
     plain = [await submit(db, now=T0 + 3 + i) for i in range(3)]
     async with db.transaction() as holder:  # a host worker, mid-pass, asking for two rows
-        page = await holder.fetchall("run_claim_page", _page_params(spec(), 3, (None, None), 10, 2))
+        page = await holder.fetchall("run_claim_page", _page_params(spec(), PAGE_AT, START, 10, 2))
         assert [r["id"] for r in page] == [elsewhere, needs_gpu, warm, *plain]
         assert [r["id"] for r in page if r["locked"]] == [warm, plain[0]]
         gpu_worker = spec(
@@ -811,11 +811,20 @@ async def test_attempts_exhausted_by_expiry_fail_at_the_stored_ceiling(db: State
 
 
 async def test_rows_at_the_ceiling_are_never_claimed(db: StateDB) -> None:
-    task_id = await submit(db)
+    """R6, R18: a claim compares a row's attempts with the ceiling stored on the row. A row
+    queued at it is never claimed, whatever the queue's ceiling says. (Such a row: a retry
+    judged by a larger ceiling than its own, then promoted alone, which skips nothing.)"""
+    task_id = await submit(db, max_attempts=1)
     [lease] = await claim_runs(db, spec(), now=T0)
-    await taskward.reap_expired_leases(db, now=lease.lease_expires_at + 1, retry_policy=NO_JITTER)
+    failed = TaskExecutionResult(status="failed", retryable=True, error_detail="again")
+    settled = await settle_lease(
+        db, lease, failed, actor=spec().actor, max_attempts=3, policy=NO_JITTER, now=T0 + 1
+    )
+    assert settled.applied
     await promote_due_retries(db, now=T0 + 10_000)
-    await set_max_attempts(db, 1)  # the shared ceiling drops below the row's attempts
+    row = await taskward.get_task(db, task_id)
+    assert (row["status"], row["lease_attempts"], row["max_attempts"]) == ("queued", 1, 1)
+    await set_max_attempts(db, 5)  # the queue's ceiling reaches no stored row
     assert await claim_runs(db, spec(), now=T0 + 10_001) == []
     assert await status(db, task_id) == "queued"
 

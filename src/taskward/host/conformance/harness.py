@@ -83,7 +83,9 @@ class ConformanceHarness(ABC):
 
     @abstractmethod
     async def set_ceiling(self, attempts: int) -> None:
-        """Set the queue's global attempt ceiling (D2)."""
+        """Set the queue's global attempt ceiling (D2) for the tasks enqueued after this call.
+        The cases set it only before they enqueue, so an implementation may apply it at
+        admission (taskward stores it on each task, DESIGN.md R18) or at every claim."""
 
     @abstractmethod
     async def status(self, task_id: str) -> QueueState:
