@@ -37,7 +37,9 @@ from taskward.models import (
 )
 from taskward.reads import get_task, list_task_events, list_tasks, list_transitions
 from taskward.registry import (
+    Backoff,
     CancellationToken,
+    KindRetryPolicy,
     TaskAdapter,
     TaskAdapterRegistry,
     TaskExecutionResult,
@@ -54,9 +56,11 @@ __all__ = [
     "Actor",
     "AdapterConfig",
     "AdapterNotRegistered",
+    "Backoff",
     "CancelResult",
     "CancellationToken",
     "InvalidTransition",
+    "KindRetryPolicy",
     "StateDB",
     "StateReason",
     "Status",

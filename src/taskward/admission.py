@@ -23,7 +23,7 @@ from taskward.errors import TaskIdempotencyConflict, TaskValidationError
 from taskward.ids import new_id
 from taskward.models import EXECUTION_TARGETS, TaskApplication, check_key, check_text
 from taskward.models import MAX_KEY_LENGTH as MAX_KEY_LENGTH  # the key rule lives in models
-from taskward.registry import TaskAdapterRegistry
+from taskward.registry import MAX_ATTEMPTS_LIMIT, TaskAdapterRegistry
 from taskward.store.port import StateDB
 
 MAX_ARGS_BYTES: Final = 1024 * 1024
@@ -185,7 +185,7 @@ def application_hash_of(
 # R16-R18, R20: the allowed values of the scheduling fields, named in their errors.
 MIN_PRIORITY: Final = -100
 MAX_PRIORITY: Final = 100
-MAX_TASK_ATTEMPTS: Final = 100
+MAX_TASK_ATTEMPTS: Final = MAX_ATTEMPTS_LIMIT  # one range for tasks and kinds (R18)
 # run_after: epoch seconds from 0 to the start of 2200 (a finite time every binding can show).
 MAX_RUN_AFTER: Final = 7258118400.0
 LIMIT_KEY_ALLOWED: Final = (
@@ -375,6 +375,10 @@ def validate_application(
         max_attempts=max_attempts,
         limit_key=limit_key,
     )
+    if max_attempts is None:
+        # R18: the kind's default ceiling is stored on the row, not hashed: it is the
+        # deployment's configuration, not the application's (None: the queue's, in the insert).
+        max_attempts = registry.max_attempts_for(kind)
     return AdmittedApplication(
         action_kind=kind,
         args=args,

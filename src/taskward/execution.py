@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 import traceback
 from collections.abc import Callable
@@ -25,7 +24,12 @@ from taskward.groupcommit import GroupCommit
 from taskward.ids import new_id
 from taskward.models import Actor, TransitionResult
 from taskward.oslocks import LockTimeout, machine_locks
-from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
+from taskward.registry import (
+    Backoff,
+    CancellationToken,
+    TaskAdapterRegistry,
+    TaskExecutionResult,
+)
 from taskward.store.port import Row, StateDB
 from taskward.transitions import TerminalBuild, finished, transition_at
 
@@ -37,18 +41,9 @@ MAX_ERROR_DETAIL: Final = 4000
 DEADLINE_CANCEL_GRACE_S: Final = 7.0
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff with jitter for retry_wait (ADR-0072 D5)."""
-
-    base_s: float = 2.0
-    factor: float = 2.0
-    cap_s: float = 300.0
-    jitter: float = 0.2
-
-    def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
-        raw = min(self.cap_s, self.base_s * self.factor ** max(0, attempt - 1))
-        return raw * (1.0 + self.jitter * (2.0 * rng() - 1.0))
+# The worker's backoff for retry_wait (ADR-0072 D5) under its earlier name: ``registry.Backoff``
+# (``taskward.Backoff``), also what a kind may set of its own (R18).
+RetryPolicy = Backoff
 
 
 @dataclass(frozen=True)
@@ -141,7 +136,9 @@ def outcome_for(
     | failed, not retryable                  | failed (invalid_task or execution_failed)      |
 
     Only the watchdog's deadline is retryable by rule (R5: it reports ``retryable=True``); an
-    adapter's own ``timed_out`` is terminal unless the adapter marks it retryable (D4)."""
+    adapter's own ``timed_out`` is terminal unless the adapter marks it retryable (D4), as an
+    ``@taskward.task`` kind does for the exceptions of its ``retry_on`` (R18). ``policy``: the
+    backoff of the task's kind when it sets one (R18), else the worker's."""
     report = result if isinstance(result, Report) else Report.of(result)
     # What the fact's summary says: the host's code before its detail.
     said = f"{report.cause}: {report.detail}" if report.cause else report.detail

@@ -1,12 +1,16 @@
 """The adapter seam (ADR-0072 D4): what an adapter is, and the registry a deployment builds.
 
 Each process builds its registry explicitly (``taskward.adapters.build_registry``); there is no
-module-level registry that an import could change behind a caller's back.
+module-level registry that an import could change behind a caller's back. The registry also
+answers a kind's own retry policy (R18: ``KindRetryPolicy``, set by ``@taskward.task``), which
+admission, the worker's acknowledgements and the lease reaper ask for by kind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, runtime_checkable
@@ -38,6 +42,116 @@ def check_max_task_timeout(field_name: str, value: object) -> float:
             f"a number of seconds > 0 and <= {MAX_TASK_TIMEOUT_CEILING_S:.0f} (366 days)",
         )
     return float(value)
+
+
+# R18: a task's attempt ceiling, when a kind or an application sets one, is 1..100.
+MAX_ATTEMPTS_LIMIT: Final = 100
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """When a retryable failure's retry is due (ADR-0072 D5): attempt ``n`` waits
+    ``min(cap_s, base_s * factor ** (n - 1))`` seconds, scaled by a uniform draw in
+    ``[1 - jitter, 1 + jitter]``. The worker's default (``taskward worker --retry-base``) is one;
+    a kind may set its own (``@taskward.task(backoff=...)``, R18), checked by ``check``.
+
+    Building one checks nothing: a worker's default may be zero (a retry due at once)."""
+
+    base_s: float = 2.0
+    factor: float = 2.0
+    cap_s: float = 300.0
+    jitter: float = 0.2
+
+    def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
+        raw = min(self.cap_s, self.base_s * self.factor ** max(0, attempt - 1))
+        return raw * (1.0 + self.jitter * (2.0 * rng() - 1.0))
+
+    def check(self, field_name: str = "backoff") -> Backoff:
+        """This backoff, if a kind may use it (R18): ``base_s > 0``, ``factor >= 1``,
+        ``base_s <= cap_s`` and ``0 <= jitter <= 1``, all finite numbers.
+
+        Raises:
+            TaskValidationError: naming ``<field_name>.<field>`` and its allowed range.
+        """
+        bounds: tuple[tuple[str, object, Callable[[float], bool], str], ...] = (
+            ("base_s", self.base_s, lambda v: v > 0, "a finite number of seconds > 0"),
+            ("factor", self.factor, lambda v: v >= 1, "a finite number >= 1"),
+            (
+                "cap_s",
+                self.cap_s,
+                lambda v: v >= self.base_s,
+                f"a finite number of seconds >= base_s ({self.base_s!r})",
+            ),
+            ("jitter", self.jitter, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+        )
+        for name, value, ok, allowed in bounds:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or not ok(value)
+            ):
+                raise TaskValidationError(f"{field_name}.{name}", value, allowed)
+        return self
+
+
+def _is_exception_class(value: object) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseException)
+
+
+@dataclass(frozen=True)
+class KindRetryPolicy:
+    """A kind's own retry policy (R18), checked when it is built: ``max_attempts`` (1..100) is
+    the ceiling admission stores on a row of the kind when the application gives none;
+    ``retry_on``: the exceptions of the kind's function that are retryable (any other fails at
+    once, as a non-zero exit does; None: none is, today's rule); ``backoff``: when a retry of
+    the kind is due (None: the worker's default). None everywhere is no policy of its own.
+
+    Raises:
+        TaskValidationError: a field out of its range, naming it and the range.
+    """
+
+    max_attempts: int | None = None
+    retry_on: tuple[type[BaseException], ...] | None = None
+    backoff: Backoff | None = None
+
+    def __post_init__(self) -> None:
+        attempts = self.max_attempts
+        if attempts is not None and (
+            isinstance(attempts, bool)
+            or not isinstance(attempts, int)
+            or not 1 <= attempts <= MAX_ATTEMPTS_LIMIT
+        ):
+            raise TaskValidationError(
+                "max_attempts", attempts, f"an integer from 1 to {MAX_ATTEMPTS_LIMIT}, or None"
+            )
+        retry_on = self.retry_on
+        if retry_on is not None and (
+            not isinstance(retry_on, tuple)
+            or not retry_on
+            or not all(_is_exception_class(c) for c in retry_on)
+        ):
+            raise TaskValidationError(
+                "retry_on",
+                retry_on,
+                "a non-empty tuple of exception classes, e.g. (ValueError,), or None",
+            )
+        if self.backoff is not None:
+            if not isinstance(self.backoff, Backoff):
+                raise TaskValidationError(
+                    "backoff", self.backoff, "a taskward.Backoff(base_s, factor, cap_s, jitter)"
+                )
+            self.backoff.check("backoff")
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by the kind's function, is retryable: an instance of one of
+        ``retry_on`` (no ``retry_on``: never, as before R18)."""
+        return self.retry_on is not None and isinstance(exc, self.retry_on)
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing set: the worker's and the queue's defaults apply throughout."""
+        return self.max_attempts is None and self.retry_on is None and self.backoff is None
 
 
 @dataclass(frozen=True)
@@ -111,7 +225,12 @@ class TaskAdapter(Protocol):
 class TaskAdapterRegistry:
     """Action kind -> adapter, plus input aliases normalised before admission hashes, plus
     the deployment's ``max_task_timeout_s`` (the largest ``args.timeout_s`` admission accepts
-    for any kind; default ``DEFAULT_MAX_TASK_TIMEOUT_S``, 7 days)."""
+    for any kind; default ``DEFAULT_MAX_TASK_TIMEOUT_S``, 7 days).
+
+    An adapter may carry a ``retry_policy`` attribute (a ``KindRetryPolicy``: the
+    ``@taskward.task`` kinds do); the registry answers it per kind (``retry_policy_for``). An
+    adapter without one (``command``, ``python``, the launchers) has none: the queue's ceiling
+    and the worker's backoff apply."""
 
     def __init__(
         self,
@@ -121,6 +240,7 @@ class TaskAdapterRegistry:
         max_task_timeout_s: float = DEFAULT_MAX_TASK_TIMEOUT_S,
     ) -> None:
         self._adapters: dict[str, TaskAdapter] = {}
+        self._policies: dict[str, KindRetryPolicy] = {}
         self._aliases: dict[str, str] = dict(DEFAULT_ALIASES if aliases is None else aliases)
         self.max_task_timeout_s = check_max_task_timeout("max_task_timeout_s", max_task_timeout_s)
         for adapter in adapters:
@@ -145,12 +265,31 @@ class TaskAdapterRegistry:
                 message=f"action_kind {kind!r} is already registered",
             )
         self._adapters[kind] = adapter
+        policy = getattr(adapter, "retry_policy", None)
+        if isinstance(policy, KindRetryPolicy) and not policy.is_empty:
+            self._policies[kind] = policy
 
     def get(self, action_kind: str) -> TaskAdapter | None:
         return self._adapters.get(self._aliases.get(action_kind, action_kind))
 
     def kinds(self) -> list[str]:
         return sorted(self._adapters)
+
+    def retry_policy_for(self, action_kind: str) -> KindRetryPolicy | None:
+        """The kind's own retry policy (R18), or None: a kind that sets none, a kind of an
+        adapter without one, or a kind not registered here (aliases resolve)."""
+        return self._policies.get(self._aliases.get(action_kind, action_kind))
+
+    def max_attempts_for(self, action_kind: str) -> int | None:
+        """The kind's default attempt ceiling (R18), which admission stores on a row of the
+        kind whose application gives none; None: the queue's ceiling (R6)."""
+        policy = self.retry_policy_for(action_kind)
+        return policy.max_attempts if policy is not None else None
+
+    def backoff_for(self, action_kind: str) -> Backoff | None:
+        """The kind's own backoff (R18); None: the worker's default applies."""
+        policy = self.retry_policy_for(action_kind)
+        return policy.backoff if policy is not None else None
 
     @property
     def aliases(self) -> dict[str, str]:

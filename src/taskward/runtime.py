@@ -85,6 +85,7 @@ class WorkerConfig:
     idle_wait_s: float = 0.5
     cancel_poll_s: float = 1.0
     memory_limit_mb: float | None = None
+    # The backoff of retries whose kind sets none of its own (R18: a kind's wins).
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     cwd: Path | None = None
     exit_when_idle: bool = False  # drain and exit once no claimable work is left (--burst)
@@ -125,6 +126,7 @@ class WorkerRuntime:
             retry_policy=config.retry_policy,
             cwd=config.cwd,
             summaries=self.summaries,
+            registry=registry,
         )
         self.outbox = (
             OutboxDeliverer(db, config.outbox or OutboxConfig.from_env(), owner=config.worker_id)
@@ -132,7 +134,7 @@ class WorkerRuntime:
             else None
         )
         self.maintenance = Maintenance(
-            leases=LeaseReaper(retry_policy=config.retry_policy),
+            leases=LeaseReaper(retry_policy=config.retry_policy, registry=registry),
             deadlines=DeadlineReaper(
                 grace_s=config.deadline_grace_s, heartbeat_ttl=config.heartbeat_ttl
             ),

@@ -169,7 +169,7 @@ async def claim_and_execute(
         heartbeat_ttl=heartbeat_ttl,
     )
     store = db if now is None else cast(StateDB, _AtTime(db, now))
-    source = LocalTaskSource(store, spec, retry_policy=retry_policy)
+    source = LocalTaskSource(store, spec, retry_policy=retry_policy, registry=registry)
     tasks = await source.claim_many(limit)
     if not tasks:
         return 0
@@ -225,7 +225,7 @@ async def worker_tick(
         now=now,
         served_kinds=registry.kinds(),
     )
-    reaped = await reap_expired_leases(db, now=now, retry_policy=retry_policy)
+    reaped = await reap_expired_leases(db, now=now, retry_policy=retry_policy, registry=registry)
     executed = await claim_and_execute(
         db,
         worker_id=worker_id,

@@ -4,6 +4,10 @@ Functions decorated with ``@taskward.task`` register under a kind of their own w
 is named in the process's imports (``--import`` / ``TASKWARD_IMPORTS``); marking a function
 changes no registry. Sync functions run in a thread so they never block the worker's event loop.
 
+A kind's retry policy (R18: ``max_attempts``, ``retry_on``, ``backoff``) is the kind's, not the
+function's: the same function called through ``python`` as ``module:function`` runs without it
+(an exception there fails at once, as before R18).
+
 Cancellation: an async function is cancelled (``asyncio.CancelledError`` at its await point). A
 sync function cannot be interrupted: it runs to its end and sees the request only through the
 ``cancellation`` token it may accept (``token.is_cancelled``); the result is ``cancelled`` once
@@ -24,10 +28,11 @@ from typing import Any, Final, TypeVar, overload
 
 from taskward.adapters.process import task_args
 from taskward.errors import TaskValidationError
-from taskward.registry import CancellationToken, TaskExecutionResult
+from taskward.registry import Backoff, CancellationToken, KindRetryPolicy, TaskExecutionResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 _MARK: Final = "__taskward_task__"
+_POLICY_MARK: Final = "__taskward_retry_policy__"
 # Matched with ``fullmatch`` only: ``match`` with ``$`` also accepts a trailing newline
 # (``"json:dumps\n"``), which no worker can resolve and every log line would carry.
 _TARGET: Final = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
@@ -44,10 +49,26 @@ def task(target: F, /) -> F: ...
 
 
 @overload
-def task(target: str | None = None, /, *, kind: str | None = None) -> Callable[[F], F]: ...
+def task(
+    target: str | None = None,
+    /,
+    *,
+    kind: str | None = None,
+    max_attempts: int | None = None,
+    retry_on: tuple[type[BaseException], ...] | None = None,
+    backoff: Backoff | None = None,
+) -> Callable[[F], F]: ...
 
 
-def task(target: Any = None, /, *, kind: str | None = None) -> Any:
+def task(
+    target: Any = None,
+    /,
+    *,
+    kind: str | None = None,
+    max_attempts: int | None = None,
+    retry_on: tuple[type[BaseException], ...] | None = None,
+    backoff: Backoff | None = None,
+) -> Any:
     """Mark a function as a task kind of its own (default: the function's name).
 
     ``@task``, ``@task()``, ``@task("kind")`` and ``@task(kind="kind")`` all work. Marking sets
@@ -55,28 +76,37 @@ def task(target: Any = None, /, *, kind: str | None = None) -> Any:
     marked functions of the modules a process imports, so what runs is always what that process
     was configured with.
 
+    The kind's retry policy (R18): ``max_attempts`` (1..100) is its default attempt ceiling,
+    stored on a row at admission when the application gives none; ``retry_on``: the exceptions
+    that are retryable (``retry_wait`` while attempts remain); any other fails at once, as a
+    non-zero exit does (without ``retry_on`` every exception does, as before); ``backoff``
+    (``taskward.Backoff``): when the kind's retries are due, instead of the worker's default.
+
     Raises:
-        TaskValidationError: the kind is not a non-empty name without spaces.
+        TaskValidationError: the kind is not a non-empty name without spaces, or a retry
+            setting is out of its range (naming the field and the range).
     """
+    policy = KindRetryPolicy(max_attempts=max_attempts, retry_on=retry_on, backoff=backoff)
     if callable(target):
-        return _mark(target, kind)
+        return _mark(target, kind, policy)
     if target is not None and kind is not None:
         raise TypeError("give the kind once: @task('name') or @task(kind='name')")
     chosen = target if target is not None else kind
 
     def decorate(fn: F) -> F:
-        return _mark(fn, chosen)
+        return _mark(fn, chosen, policy)
 
     return decorate
 
 
-def _mark(fn: F, kind: object) -> F:
+def _mark(fn: F, kind: object, policy: KindRetryPolicy) -> F:
     name = fn.__name__ if kind is None else kind
     if not isinstance(name, str) or not _KIND.fullmatch(name):
         raise TaskValidationError(
             "kind", name, "a non-empty name of letters, digits, '_', '.', ':' or '-'"
         )
     setattr(fn, _MARK, name)
+    setattr(fn, _POLICY_MARK, None if policy.is_empty else policy)
     return fn
 
 
@@ -84,6 +114,12 @@ def task_kind(fn: object) -> str | None:
     """The kind a function was marked with by ``@task``, if any."""
     kind = getattr(fn, _MARK, None)
     return kind if isinstance(kind, str) else None
+
+
+def task_retry_policy(fn: object) -> KindRetryPolicy | None:
+    """The retry policy ``@task`` gave a function's kind (R18), if it set any."""
+    policy = getattr(fn, _POLICY_MARK, None)
+    return policy if isinstance(policy, KindRetryPolicy) else None
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
@@ -158,13 +194,55 @@ def _error(exc: BaseException) -> tuple[str, list[dict[str, Any]]]:
     return detail[-_DETAIL_CHARS:], [{"kind": "traceback", "text": trace[-_DETAIL_CHARS:]}]
 
 
+def _type_name(cls: type[BaseException]) -> str:
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+
+
+def _judged(
+    exc: BaseException, detail: str, evidence: list[dict[str, Any]], policy: KindRetryPolicy
+) -> TaskExecutionResult:
+    """A raise of a kind with ``retry_on`` (R18): retryable when the exception is one of them;
+    any other fails at once, its detail saying why it was not retried."""
+    if isinstance(exc, _FunctionExited) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    retryable = policy.is_retryable(exc)
+    retry_on = [_type_name(c) for c in policy.retry_on or ()]
+    evidence = [
+        *evidence,
+        {
+            "kind": "retry_on",
+            "exception": _type_name(type(exc)),
+            "retry_on": retry_on,
+            "retryable": retryable,
+        },
+    ]
+    if not retryable:
+        detail += (
+            f" (not retried: {_type_name(type(exc))} is not in retry_on: {', '.join(retry_on)})"
+        )
+    return TaskExecutionResult(
+        status="failed",
+        exit_code=1,
+        error_detail=detail,
+        evidence_refs=evidence,
+        retryable=retryable,
+    )
+
+
 async def run_callable(
-    fn: Callable[..., Any], kwargs: dict[str, Any], cancellation: CancellationToken
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    cancellation: CancellationToken,
+    *,
+    policy: KindRetryPolicy | None = None,
 ) -> TaskExecutionResult:
     """Run ``fn`` with ``kwargs`` (and the token, if it takes ``cancellation``).
 
     A return is completed (a returned TaskExecutionResult passes through as is), an exception
-    failed, a cancellation requested while it ran cancelled.
+    failed — retryable only when ``policy`` has ``retry_on`` and it is one of them (R18) — a
+    cancellation requested while it ran cancelled.
     """
     if cancellation.is_cancelled:
         return TaskExecutionResult(
@@ -215,6 +293,8 @@ async def run_callable(
         )
     if exc is not None:
         detail, error_evidence = _error(exc)
+        if policy is not None and policy.retry_on is not None:
+            return _judged(exc, detail, error_evidence, policy)
         return TaskExecutionResult(
             status="failed", exit_code=1, error_detail=detail, evidence_refs=error_evidence
         )
@@ -288,13 +368,17 @@ class PythonFunctionAdapter:
     """One ``@taskward.task`` function under its own kind; ``args`` are its keyword arguments.
 
     ``objective``, ``cwd`` and ``timeout_s`` in args belong to the worker (R5, R10) and reach the
-    function only if it declares a parameter of that name.
+    function only if it declares a parameter of that name. ``retry_policy``: the kind's (R18),
+    what ``@task`` gave the function unless given here; the registry answers it per kind.
     """
 
-    def __init__(self, kind: str, fn: Callable[..., Any]) -> None:
+    def __init__(
+        self, kind: str, fn: Callable[..., Any], retry_policy: KindRetryPolicy | None = None
+    ) -> None:
         self.action_kind = kind
         self.fn = fn
         self.target = f"{fn.__module__}:{fn.__name__}"
+        self.retry_policy = retry_policy if retry_policy is not None else task_retry_policy(fn)
 
     def kwargs(self, args: Mapping[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in args.items() if k not in _HOST_KEYS or _accepts(self.fn, k)}
@@ -310,7 +394,7 @@ class PythonFunctionAdapter:
             _check_bind(self.fn, kwargs, "args", self.action_kind)
         except TaskValidationError as exc:
             return TaskExecutionResult(status="failed", error_detail=str(exc))
-        return await run_callable(self.fn, kwargs, cancellation)
+        return await run_callable(self.fn, kwargs, cancellation, policy=self.retry_policy)
 
 
 def task_functions(modules: Iterable[ModuleType]) -> dict[str, PythonFunctionAdapter]:

@@ -86,7 +86,8 @@ def _stamp() -> str:
     type=click.FloatRange(min=0.0),
     default=2.0,
     show_default=True,
-    help="First retry delay in seconds (doubles per attempt, with jitter).",
+    help="First retry delay in seconds (doubles per attempt, with jitter) of kinds that set "
+    "no backoff of their own (@taskward.task(backoff=...)).",
 )
 @click.option(
     "--memory-limit-mb",

@@ -50,7 +50,7 @@ from taskward.host.onestep import Finish, Finished, finish_together
 from taskward.host.ports import SummaryNotWritten, SummaryStore
 from taskward.host.summaries import LocalSummaryStore
 from taskward.models import TransitionResult
-from taskward.registry import CancellationToken, TaskExecutionResult
+from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.store.port import Row, StateDB
 
 log = logging.getLogger("taskward.host.source")
@@ -65,7 +65,10 @@ def _utc(ts: float) -> datetime:
 
 
 class LocalTaskSource:
-    """A TaskSource over ``schedule_runs``; the attempt ceiling is the stored queue setting."""
+    """A TaskSource over ``schedule_runs``; the attempt ceiling is the stored queue setting.
+
+    A retry is due after the backoff of the task's kind when ``registry`` gives it one (R18),
+    else after ``retry_policy`` (the worker's default)."""
 
     def __init__(
         self,
@@ -76,10 +79,12 @@ class LocalTaskSource:
         cwd: Path | None = None,
         group: GroupCommit | None = None,
         summaries: LocalSummaryStore | None = None,
+        registry: TaskAdapterRegistry | None = None,
     ) -> None:
         self.db = db
         self.spec = spec
         self.policy = retry_policy or RetryPolicy()
+        self.registry = registry
         self.cwd = cwd or Path(os.getcwd())
         self._claims: dict[str, ClaimedRun] = {}
         # Claimed rows the Task model refused, not yet failed (task id -> lease id, failure).
@@ -104,6 +109,11 @@ class LocalTaskSource:
     @property
     def tokens(self) -> dict[str, CancellationToken]:
         return {task_id: claim.token for task_id, claim in self._claims.items()}
+
+    def policy_for(self, action_kind: str) -> RetryPolicy:
+        """The backoff of a retry of ``action_kind``: the kind's own (R18), else the worker's."""
+        backoff = self.registry.backoff_for(action_kind) if self.registry is not None else None
+        return backoff if backoff is not None else self.policy
 
     def record_result(self, task_id: str, result: TaskExecutionResult) -> None:
         claim = self._claims.get(task_id)
@@ -239,7 +249,7 @@ class LocalTaskSource:
                 failure,
                 max_attempts=max_attempts,
                 now=now,
-                policy=self.policy,
+                policy=self.policy_for(lease.action_kind),
             )
         )
         try:

@@ -12,6 +12,7 @@ from taskward.maintenance.deadlines import DEFAULT_DEADLINE_GRACE_SECONDS, Deadl
 from taskward.maintenance.leases import LeaseReaper
 from taskward.maintenance.retries import RetryPromoter
 from taskward.maintenance.service import REAP_BATCH
+from taskward.registry import TaskAdapterRegistry
 from taskward.store.port import StateDB
 
 
@@ -55,13 +56,17 @@ async def reap_expired_leases(
     now: float | None = None,
     retry_policy: RetryPolicy | None = None,
     limit: int = REAP_BATCH,
+    registry: TaskAdapterRegistry | None = None,
 ) -> dict[str, int]:
     """Recover running rows whose lease expired (``lease_expires_at < now``), then promote due
     retries (``Maintenance.recover_once``).
-    Attempts left: ``running -> retry_wait`` (owner and expiry cleared, ``retry_at`` set);
-    attempts exhausted: ``running -> failed``. Returns counts per outcome."""
+    Attempts left: ``running -> retry_wait`` (owner and expiry cleared, ``retry_at`` set after
+    the backoff of the row's kind in ``registry``, else ``retry_policy``, R18); attempts
+    exhausted: ``running -> failed``. Returns counts per outcome."""
     services = Maintenance(
-        leases=LeaseReaper(retry_policy=retry_policy or RetryPolicy(), limit=limit),
+        leases=LeaseReaper(
+            retry_policy=retry_policy or RetryPolicy(), limit=limit, registry=registry
+        ),
         retries=RetryPromoter(limit=limit),
     )
     return await services.recover_once(db, now=now)

@@ -368,8 +368,10 @@ SELECT u.id, u.fact_id, u.event_id, true AS fact_written
 FROM u;
 
 -- name: run_expired_leases
--- Running rows whose lease expired strictly before :now (R6), with their own ceiling (R18).
-SELECT id, leased_by, lease_expires_at, lease_attempts, max_attempts, cancel_requested_at
+-- Running rows whose lease expired strictly before :now (R6), with their own ceiling (R18)
+-- and their kind, whose backoff times the retry (R18).
+SELECT id, action_kind, leased_by, lease_expires_at, lease_attempts, max_attempts,
+  cancel_requested_at
 FROM schedule_runs
 WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at < :now
 ORDER BY lease_expires_at
