@@ -169,7 +169,8 @@ async def _workers(db: StateDB, services: Services, limit: int = 200) -> list[di
 async def overview_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
     pairs = await count_by_status_and_target(db)
     recent, _ = await list_tasks(db, limit=15)
-    return views.overview_regions(pairs, recent, await _workers(db, services, 50))
+    workers = await _workers(db, services, 50)
+    return views.overview_regions(pairs, recent, workers, await db.now())
 
 
 def _filters(request: Request) -> dict[str, str | None]:
@@ -206,7 +207,7 @@ async def tasks_data(db: StateDB, services: Services, request: Request) -> dict[
         limit=views.PAGE_SIZE,
         cursor=cursor,
     )
-    return views.tasks_regions(rows, next_cursor, filters)
+    return views.tasks_regions(rows, next_cursor, filters, await db.now())
 
 
 def _task_id(request: Request) -> str:
@@ -219,13 +220,14 @@ def _task_id(request: Request) -> str:
 async def _task_regions(db: StateDB, request: Request, *, with_retries: bool) -> dict[str, Any]:
     task_id = _task_id(request)
     row = await get_task(db, task_id)
-    placement = await placement_reason(db, task_id) if row["status"] == "queued" else None
+    now = await db.now()
+    placement = await placement_reason(db, task_id, now=now) if row["status"] == "queued" else None
     facts = await list_transitions(db, task_id)
     events = await list_task_events(db, task_id)
     retries = None
     if with_retries and is_terminal(row["status"]):  # only an ended task is retried (R19)
         retries = await list_retries(db, task_id, limit=views.PAGE_SIZE)
-    return views.task_regions(row, placement, facts, events, retries)
+    return views.task_regions(row, placement, facts, events, retries, now=now)
 
 
 async def task_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:

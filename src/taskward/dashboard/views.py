@@ -40,7 +40,28 @@ def fmt_age(seconds: float) -> str:
         return f"{seconds:.1f} s"
     if seconds < 3600:
         return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def runs_at(row: Mapping[str, Any], now: float) -> float | None:
+    """When a delayed queued task runs (R16: ``queued_at = run_after`` while it is in the
+    future), or None when it is not waiting for its ``run_after``."""
+    queued_at = row.get("queued_at")
+    if row.get("status") != "queued" or row.get("run_after") is None or queued_at is None:
+        return None
+    return float(queued_at) if queued_at > now else None
+
+
+def fmt_runs_at(at: float, now: float) -> str:
+    """``2026-12-24 18:00:00 UTC (in 59.9 min)``: absolute in the pages' format, then relative."""
+    return f"{fmt_time(at)} (in {fmt_age(at - now)})"
+
+
+def limit_href(key: str) -> str:
+    """The limits page with ``key`` chosen (its row marked, the set form filled in)."""
+    return "/limits?" + urlencode({"key": key})
 
 
 def cell(text: Any, *, href: str | None = None, cls: str | None = None) -> Cell:
@@ -74,14 +95,35 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Cell]], *, empty: str)
     }
 
 
-def task_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[Cell]]:
+def task_status_cell(row: Mapping[str, Any], now: float) -> Cell:
+    """The status, and for a delayed queued task when it runs: ``queued · runs in 5.0 min``."""
+    status = str(row["status"])
+    at = runs_at(row, now)
+    if at is None:
+        return status_cell(status)
+    return cell(f"{status} \u00b7 runs in {fmt_age(at - now)}", cls=f"status status-{status}")
+
+
+def _priority_text(row: Mapping[str, Any]) -> str | None:
+    priority = row.get("priority") or 0
+    return f"{priority:+d}" if priority else None
+
+
+def _attempts_of(row: Mapping[str, Any]) -> str:
+    taken = row.get("lease_attempts") or 0
+    ceiling = row.get("max_attempts")
+    return str(taken) if ceiling is None else f"{taken}/{ceiling}"
+
+
+def task_rows(rows: Iterable[Mapping[str, Any]], now: float) -> list[list[Cell]]:
     return [
         [
             cell(row["id"], href=task_href(row["id"]), cls="mono"),
-            status_cell(row["status"]),
+            task_status_cell(row, now),
             cell(row["action_kind"]),
             cell(row.get("execution_target")),
-            cell(row.get("lease_attempts")),
+            cell(_priority_text(row), cls="priority"),
+            cell(_attempts_of(row)),
             cell(fmt_time(row.get("created_at"))),
             cell(row.get("status_reason_code")),
         ]
@@ -89,7 +131,7 @@ def task_rows(rows: Iterable[Mapping[str, Any]]) -> list[list[Cell]]:
     ]
 
 
-TASK_COLUMNS = ("id", "status", "kind", "target", "attempts", "created", "reason")
+TASK_COLUMNS = ("id", "status", "kind", "target", "priority", "attempts", "created", "reason")
 
 
 def counts_region(pairs: Iterable[Mapping[str, Any]]) -> Region:
@@ -153,18 +195,22 @@ def overview_regions(
     pairs: Iterable[Mapping[str, Any]],
     recent: Iterable[Mapping[str, Any]],
     workers: Sequence[Mapping[str, Any]],
+    now: float,
 ) -> dict[str, Region]:
     live = sum(1 for w in workers if w["is_live"])
     return {
         "counts": counts_region(pairs),
-        "recent": table(TASK_COLUMNS, task_rows(recent), empty="no tasks yet"),
+        "recent": table(TASK_COLUMNS, task_rows(recent, now), empty="no tasks yet"),
         "workers": table(WORKER_COLUMNS, worker_rows(workers), empty="no worker has registered"),
         "workers-summary": {"kind": "text", "text": f"{live} live of {len(workers)}"},
     }
 
 
 def tasks_regions(
-    rows: Sequence[Mapping[str, Any]], next_cursor: str | None, filters: Mapping[str, str | None]
+    rows: Sequence[Mapping[str, Any]],
+    next_cursor: str | None,
+    filters: Mapping[str, str | None],
+    now: float,
 ) -> dict[str, Region]:
     """The list, its next-page link and, when it is filtered to an ended status, what the bulk
     retry form posts: the ids shown (kept current while the page polls) and their count."""
@@ -176,7 +222,7 @@ def tasks_regions(
             "href": tasks_href(**filters, cursor=next_cursor),
         }
     regions: dict[str, Region] = {
-        "tasks": table(TASK_COLUMNS, task_rows(rows), empty="no tasks match"),
+        "tasks": table(TASK_COLUMNS, task_rows(rows, now), empty="no tasks match"),
         "next": link,
     }
     if filters.get("status") in TERMINAL:
@@ -196,12 +242,20 @@ def task_regions(
     facts: Iterable[Mapping[str, Any]],
     events: Iterable[Mapping[str, Any]],
     retries: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    now: float,
 ) -> dict[str, Region]:
     """The task's page. ``retries`` (``reads.list_retries``) adds its "Retried as" regions;
-    without them the page keeps the ones it was rendered with."""
+    without them the page keeps the ones it was rendered with. A field shown only sometimes
+    (when it runs, priority, limit key) is left out, not drawn as "-", when it does not apply."""
     status = row["status"]
-    items = [
+    items: list[dict[str, Any]] = [
         {"key": "status", "label": "status", "text": status, "cls": f"status status-{status}"},
+    ]
+    at = runs_at(row, now)
+    if at is not None:
+        items.append({"key": "runs_at", "label": "runs at", "text": fmt_runs_at(at, now)})
+    items += [
         {"key": "reason", "label": "reason", "text": _reason_text(row)},
         {"key": "kind", "label": "kind", "text": row["action_kind"]},
         {"key": "target", "label": "target", "text": row.get("execution_target") or "-"},
@@ -210,7 +264,22 @@ def task_regions(
             "label": "capabilities",
             "text": ", ".join(row.get("required_capabilities") or []) or "-",
         },
-        {"key": "attempts", "label": "attempts", "text": str(row.get("lease_attempts", 0))},
+    ]
+    priority = _priority_text(row)
+    if priority is not None:
+        items.append({"key": "priority", "label": "priority", "text": priority})
+    limit_key = row.get("limit_key")
+    if limit_key:
+        items.append(
+            {
+                "key": "limit_key",
+                "label": "limit key",
+                "text": limit_key,
+                "href": limit_href(limit_key),
+            }
+        )
+    items += [
+        {"key": "attempts", "label": "attempts", "text": attempts_text(row)},
         {"key": "leased_by", "label": "leased by", "text": row.get("leased_by") or "-"},
         {"key": "created", "label": "created", "text": fmt_time(row.get("created_at"))},
         {"key": "ended", "label": "ended", "text": fmt_time(row.get("ended_at"))},
@@ -229,7 +298,7 @@ def task_regions(
             }
         )
     if placement is not None:
-        items.append({"key": "placement", "label": "placement", "text": placement["reason"]})
+        items.append(placement_item(placement))
     regions: dict[str, Region] = {
         "fields": {"kind": "fields", "items": items},
         "args": {"kind": "pre", "text": _pretty(row.get("action_args"))},
@@ -258,6 +327,31 @@ def task_regions(
             empty="not retried",
         )
     return regions
+
+
+def attempts_text(row: Mapping[str, Any]) -> str:
+    """``attempt 2 of 3``: the leases taken of the ceiling stored on the row (R18)."""
+    taken = int(row.get("lease_attempts") or 0)
+    ceiling = row.get("max_attempts")
+    if ceiling is None:
+        return str(taken)
+    if taken == 0:
+        return f"no attempt yet (at most {ceiling})"
+    return f"attempt {taken} of {ceiling}"
+
+
+def placement_item(placement: Mapping[str, Any]) -> dict[str, Any]:
+    """Why a queued task is not running. Held by a limit (R20), it links to that limit on the
+    limits page, and the key is set off by a dash (keys hold colons: ``kind:send_email``)."""
+    text = str(placement["reason"])
+    item: dict[str, Any] = {"key": "placement", "label": "placement", "text": text}
+    key = placement.get("limit_key")
+    if key:
+        prefix = f"held by limit {key}: "
+        if text.startswith(prefix):
+            item["text"] = f"held by limit {key} \u2014 {text[len(prefix) :]}"
+        item["href"] = limit_href(str(key))
+    return item
 
 
 def retry_of_region(row: Mapping[str, Any]) -> Region:

@@ -86,7 +86,8 @@
       var dl = node("dl");
       r.items.forEach(function (i) {
         dl.appendChild(node("dt", null, i.label));
-        var dd = node("dd", i.cls || null, i.text);
+        var dd = node("dd", i.cls || null);
+        dd.appendChild(linkOrText(i.text, i.href));
         dd.setAttribute("data-field", i.key);
         dl.appendChild(dd);
       });
