@@ -260,3 +260,70 @@ def test_bulk_retry_retries_the_tasks_the_list_shows_now(browser: Any, service: 
     assert f"Retried {len(ids)} of {len(ids)} tasks" in _text(browser, "h1")
     for task_id in (first, later):
         assert task_id in _text(browser, "#retried")
+
+
+def _live_polls(driver: Any) -> int:
+    """How many times the page has redrawn its regions from a poll since it was loaded."""
+    return int(driver.execute_script("return window.__polls || 0;"))
+
+
+def _count_polls(driver: Any) -> None:
+    """Count the page's polls: the live indicator's text changes on each one."""
+    driver.execute_script(
+        "window.__polls = 0;"
+        "new MutationObserver(function () { window.__polls += 1; })"
+        ".observe(document.getElementById('live'), {childList: true, characterData: true,"
+        " subtree: true});"
+    )
+
+
+def test_a_kind_is_paused_and_resumed_from_the_limits_page(browser: Any, service: str) -> None:
+    """The kinds table's pause button (as the page's script redraws it while polling) pauses
+    the kind; a queued task of it says "held by limit", linking to the limit, where the
+    resume button lifts the pause. Checked through the API."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def button(driver: Any, kind: str, label: str) -> Any:
+        return driver.find_element(
+            By.XPATH,
+            f'//div[@data-region="kinds"]//tr[td[1]="{kind}"]//button[.="{label}"]',
+        )
+
+    def limits() -> dict[str, Any]:
+        r = httpx.get(f"{service}/api/limits", timeout=10)
+        assert r.status_code == 200, r.text
+        return {x["limit_key"]: x for x in r.json()["limits"]}
+
+    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.1)
+    try:
+        browser.get(f"{service}/limits")
+        _count_polls(browser)
+        wait.until(lambda d: _live_polls(d) > 0)  # the buttons now are the script's own
+        button(browser, "command", "pause").click()
+        wait.until(lambda d: "done=paused" in d.current_url)
+        assert _text(browser, "#flash").startswith("paused kind:command")
+        assert limits()["kind:command"]["paused"] is True
+
+        task_id = _submit(
+            service,
+            {
+                "action_kind": "command",
+                "args": {"argv": ["true"]},
+                "execution_target": "daytona",
+            },
+        )
+        browser.get(f"{service}/tasks/{task_id}")
+        _count_polls(browser)
+        wait.until(lambda d: _live_polls(d) > 0)
+        placement = _text(browser, '[data-field="placement"]')
+        assert placement == "held by limit kind:command \u2014 paused (max_running 0)"
+        browser.find_element(By.CSS_SELECTOR, '[data-field="placement"] a').click()
+        wait.until(lambda d: d.current_url.endswith("/limits?key=kind%3Acommand"))
+        assert _text(browser, "td.chosen") == "kind:command"
+        button(browser, "command", "resume").click()
+        wait.until(lambda d: "done=resumed" in d.current_url)
+        assert _text(browser, "#flash") == "resumed kind:command"
+        assert "kind:command" not in limits()
+    finally:  # the other tests of this module run command tasks
+        httpx.post(f"{service}/api/kinds/command/resume", timeout=10)

@@ -1,5 +1,6 @@
 """Dashboard form posts: cancel a task, retry an ended task (one, or every one a list page
-shows), fire/enable/disable a schedule, retry a notification, log in and out. Each state change
+shows), fire/enable/disable a schedule, retry a notification, set/clear a limit and pause/resume
+a kind, log in and out. Each state change
 needs a session, its CSRF token and the ``operate`` scope, and goes through the same library
 function as the API.
 
@@ -13,14 +14,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import quote
+from typing import Any, Final
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from taskward.cancellation import request_task_cancel
-from taskward.dashboard import views
+from taskward.dashboard import pages, views
 from taskward.dashboard.render import forbidden, html, read_form, safe_next, secure
 from taskward.dashboard.session import (
     CSRF_FIELD,
@@ -41,6 +42,7 @@ from taskward.errors import (
     TaskNotRetryable,
     TaskValidationError,
 )
+from taskward.limits import clear_limit, pause_kind, resume_kind, set_limit
 from taskward.models import check_key
 from taskward.outbox import retry_notification
 from taskward.resubmit import retry_task
@@ -58,6 +60,7 @@ class ResultPage:
 
     template: str
     context: dict[str, Any] = field(default_factory=dict)
+    status_code: int = 200
 
 
 Operation = Callable[[StateDB, Principal, Mapping[str, str]], Awaitable[str | ResultPage]]
@@ -105,7 +108,12 @@ async def _operate(request: Request, operation: Operation) -> Response:
         return response
     if isinstance(target, ResultPage):
         return html(
-            request, target.template, session=session, principal=principal, **target.context
+            request,
+            target.template,
+            session=session,
+            principal=principal,
+            status_code=target.status_code,
+            **target.context,
         )
     return secure(RedirectResponse(target, status_code=303))
 
@@ -238,6 +246,125 @@ async def outbox_retry(request: Request, notification_id: str) -> Response:
     async def run(db: StateDB, _principal: Principal, form: Mapping[str, str]) -> str:
         await retry_notification(db, _ref(notification_id))
         return "/outbox"
+
+    return await _operate(request, run)
+
+
+# -- limits and pauses (R20) -------------------------------------------------------------------
+
+LIMIT_FIELDS: Final = ("limit_key", "max_running", "rate", "period_s")
+DURATION_UNITS: Final = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _form_int(form: Mapping[str, str], name: str) -> int | None:
+    """A whole number from the form, or None when blank; the library checks its range."""
+    text = (form.get(name) or "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise TaskValidationError(name, text, "a whole number, or blank for none") from None
+
+
+def _form_period_s(form: Mapping[str, str]) -> float | None:
+    """The rate's period: seconds, or ``30s``, ``5m``, ``2h``, ``1d`` (as ``taskward limit set
+    --per`` reads it); None when blank. The library checks its range."""
+    text = (form.get("period_s") or "").strip()
+    if not text:
+        return None
+    unit = DURATION_UNITS.get(text[-1:].lower())
+    try:
+        return float(text[:-1] if unit is not None else text) * (unit or 1.0)
+    except ValueError:
+        raise TaskValidationError(
+            "period_s", text, "seconds, or a duration such as 30s, 5m, 1h or 1d"
+        ) from None
+
+
+def _limits_done(done: str, key: str) -> str:
+    return "/limits?" + urlencode({"done": done, "key": key})
+
+
+async def _limits_refused(
+    request: Request,
+    db: StateDB,
+    exc: TaskValidationError,
+    form: Mapping[str, str],
+    *,
+    chosen: str | None,
+) -> ResultPage:
+    """The limits page again, answering 422: the error names the field (its input is marked)
+    and the set form keeps what was typed. Nothing was stored."""
+    regions, _ = await pages.limits_view(db, services_of(request), can_operate=True, chosen=chosen)
+    return ResultPage(
+        "limits.html",
+        {
+            "regions": regions,
+            "data_url": pages.limits_data_url(chosen),
+            "form": {name: form.get(name) or "" for name in LIMIT_FIELDS},
+            "error": {"field": exc.field, "message": str(exc)},
+            "flash": None,
+        },
+        status_code=422,
+    )
+
+
+@router.post("/limits/set")
+async def limit_set(request: Request) -> Response:
+    """Set a key's limit (``set_limit``, replacing the one it had); the actor is the session's
+    token name. Bad input is the page again with the field's error; nothing is stored."""
+
+    async def run(db: StateDB, principal: Principal, form: Mapping[str, str]) -> str | ResultPage:
+        key = (form.get("limit_key") or "").strip()
+        try:
+            await set_limit(
+                db,
+                key,
+                max_running=_form_int(form, "max_running"),
+                rate=_form_int(form, "rate"),
+                period_s=_form_period_s(form),
+                actor=principal.actor(),
+            )
+        except TaskValidationError as exc:
+            return await _limits_refused(request, db, exc, form, chosen=None)
+        return _limits_done("set", key)
+
+    return await _operate(request, run)
+
+
+@router.post("/limits/clear")
+async def limit_clear(request: Request) -> Response:
+    """Remove a key's limit (``clear_limit``)."""
+
+    async def run(db: StateDB, _principal: Principal, form: Mapping[str, str]) -> str | ResultPage:
+        key = (form.get("limit_key") or "").strip()
+        try:
+            removed = await clear_limit(db, key)
+        except TaskValidationError as exc:
+            return await _limits_refused(request, db, exc, {}, chosen=None)
+        return _limits_done("cleared" if removed else "no-limit", key)
+
+    return await _operate(request, run)
+
+
+@router.post("/limits/{action}")
+async def kind_pause_or_resume(request: Request, action: str) -> Response:
+    """Pause a kind (``pause_kind``: max_running 0 on ``kind:<kind>``) or lift its pause
+    (``resume_kind``); the actor is the session's token name."""
+    if action not in {"pause", "resume"}:
+        return forbidden(request, f"unknown limits action {action!r}")
+
+    async def run(db: StateDB, principal: Principal, form: Mapping[str, str]) -> str | ResultPage:
+        kind = (form.get("kind") or "").strip()
+        try:
+            if action == "pause":
+                row = await pause_kind(db, kind, actor=principal.actor())
+                return _limits_done("paused", str(row["limit_key"]))
+            resumed = await resume_kind(db, kind, actor=principal.actor())
+        except TaskValidationError as exc:
+            return await _limits_refused(request, db, exc, {}, chosen=None)
+        return _limits_done("resumed" if resumed else "not-paused", f"kind:{kind}")
 
     return await _operate(request, run)
 

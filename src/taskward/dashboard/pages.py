@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
-from urllib.parse import quote
+from typing import Any, Final
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
@@ -19,6 +19,7 @@ from taskward.dashboard.render import html, secure
 from taskward.dashboard.session import Session, new_session, session_principal
 from taskward.errors import StoreError, TaskNotFound, TaskValidationError
 from taskward.lifecycle import Status, is_terminal
+from taskward.limits import list_limits
 from taskward.outbox import count_notifications, list_notifications
 from taskward.placement import placement_reason
 from taskward.reads import (
@@ -359,3 +360,80 @@ async def outbox_page(request: Request) -> Response:
 @router.get("/ui/data/outbox")
 async def outbox_json(request: Request) -> Response:
     return await _data(request, outbox_data)
+
+
+# -- limits (R20) ----------------------------------------------------------------------------
+
+# What a limits form did, shown above the page after its redirect: ``?done=<what>&key=<key>``.
+LIMIT_FLASH: Final = {
+    "set": "set the limit of {key}",
+    "cleared": "cleared the limit of {key}",
+    "no-limit": "{key} had no limit",
+    "paused": "paused {key}: no new task of it starts; running ones finish",
+    "resumed": "resumed {key}",
+    "not-paused": "{key} was not paused",
+}
+
+
+def chosen_key(request: Request) -> str | None:
+    """The limit key the page was opened for (``?key=``): its row is marked and the set form
+    is filled with its limit."""
+    key = (request.query_params.get("key") or "").strip() or None
+    if key is not None and ("\x00" in key or len(key) > 255):
+        raise TaskValidationError("key", key[:40], "a limit key (at most 255 characters)")
+    return key
+
+
+async def limits_view(
+    db: StateDB, services: Services, *, can_operate: bool, chosen: str | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The page's regions and the limits they were drawn from."""
+    limits = await list_limits(db)
+    regions = views.limits_regions(
+        limits, services.registry.kinds(), can_operate=can_operate, chosen=chosen
+    )
+    return regions, limits
+
+
+def limits_data_url(chosen: str | None) -> str:
+    return "/ui/data/limits" + ("?" + urlencode({"key": chosen}) if chosen else "")
+
+
+async def limits_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
+    regions, _ = await limits_view(
+        db, services, can_operate=await _can_operate(request), chosen=chosen_key(request)
+    )
+    return regions
+
+
+@router.get("/limits")
+async def limits_page(request: Request) -> Response:
+    """Every limit and every kind's pause state; operators set, clear, pause and resume here.
+    The set form starts filled with the chosen key's limit (read with the regions)."""
+    form: dict[str, str] = {}
+
+    async def data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
+        chosen = chosen_key(request)
+        regions, limits = await limits_view(
+            db, services, can_operate=await _can_operate(request), chosen=chosen
+        )
+        form.update(views.limit_form_values(limits, chosen))
+        return regions
+
+    q = request.query_params
+    template = LIMIT_FLASH.get(q.get("done") or "")
+    flash = template.format(key=q.get("key") or "") if template else None
+    return await _page(
+        request,
+        "limits.html",
+        data,
+        limits_data_url((q.get("key") or "").strip() or None),
+        form=form,  # filled in by ``data`` before the page renders
+        error=None,
+        flash=flash,
+    )
+
+
+@router.get("/ui/data/limits")
+async def limits_json(request: Request) -> Response:
+    return await _data(request, limits_data)

@@ -43,6 +43,7 @@ NAV: Final = (
     ("/tasks", "tasks"),
     ("/workers", "workers"),
     ("/schedules", "schedules"),
+    ("/limits", "limits"),
     ("/outbox", "outbox"),
 )
 

@@ -44,6 +44,14 @@
     token.setAttribute("name", "csrf_token");
     token.setAttribute("value", csrfToken());
     form.appendChild(token);
+    var fields = a.fields || {};
+    Object.keys(fields).forEach(function (name) {  // what the button posts (a limit's key)
+      var input = node("input");
+      input.setAttribute("type", "hidden");
+      input.setAttribute("name", name);
+      input.setAttribute("value", String(fields[name]));
+      form.appendChild(input);
+    });
     var button = node("button", null, a.label);
     button.setAttribute("type", "submit");
     form.appendChild(button);
