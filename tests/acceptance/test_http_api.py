@@ -179,7 +179,7 @@ INVALID: list[tuple[str, Any, str, str]] = [
     ("bad target", {**ECHO, "execution_target": "moon"}, "execution_target", "daytona"),
     ("args not an object", {"action_kind": "command", "args": [1]}, "args", "dictionary"),
     ("kind not a string", {"action_kind": 3}, "action_kind", "string"),
-    ("unknown field", {**ECHO, "priority": 1}, "priority", "extra"),
+    ("unknown field", {**ECHO, "urgency": 1}, "urgency", "extra"),
     ("empty key", {**ECHO, "idempotency_key": "  "}, "idempotency_key", "non-empty"),
     ("command not allowed", {"action_kind": "command", "args": {"argv": ["rm"]}}, "args", ""),
     ("NaN in args", b'{"action_kind": "command", "args": {"x": NaN}}', "args", "JSON"),

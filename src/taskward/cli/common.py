@@ -27,6 +27,7 @@ from taskward import (
     TaskAdapterRegistry,
     TaskValidationError,
     build_registry,
+    durations,
     open_db,
 )
 from taskward.cli.output import Output
@@ -83,22 +84,8 @@ def operator() -> Actor:
     return Actor(type="operator", id=os.environ.get("USER") or os.environ.get("USERNAME") or "cli")
 
 
-_DURATION_UNITS: dict[str, float] = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-DURATION_ALLOWED = "a duration such as 90, 30s, 5m, 2h or 1d (a bare number is seconds)"
-
-
-def parse_duration(option: str, text: str) -> float:
-    """``30s``, ``5m``, ``2h``, ``1d`` or a bare number of seconds, as seconds (>= 0)."""
-    raw = text.strip().lower()
-    unit = _DURATION_UNITS.get(raw[-1:]) if raw else None
-    number = raw[:-1] if unit is not None else raw
-    try:
-        value = float(number) * (unit or 1.0)
-    except ValueError:
-        raise TaskValidationError(option, text, DURATION_ALLOWED) from None
-    if not math.isfinite(value) or value < 0:
-        raise TaskValidationError(option, text, DURATION_ALLOWED)
-    return value
+# One duration parser for every binding (``taskward.durations``); re-exported for the CLI.
+parse_duration = durations.parse_duration
 
 
 RUN_AFTER_ALLOWED = (

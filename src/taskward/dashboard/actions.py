@@ -33,6 +33,7 @@ from taskward.dashboard.session import (
     session_principal,
     set_session_cookie,
 )
+from taskward.durations import parse_duration
 from taskward.errors import (
     NotificationNotFound,
     ScheduleNotFound,
@@ -253,7 +254,6 @@ async def outbox_retry(request: Request, notification_id: str) -> Response:
 # -- limits and pauses (R20) -------------------------------------------------------------------
 
 LIMIT_FIELDS: Final = ("limit_key", "max_running", "rate", "period_s")
-DURATION_UNITS: Final = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def _form_int(form: Mapping[str, str], name: str) -> int | None:
@@ -273,13 +273,7 @@ def _form_period_s(form: Mapping[str, str]) -> float | None:
     text = (form.get("period_s") or "").strip()
     if not text:
         return None
-    unit = DURATION_UNITS.get(text[-1:].lower())
-    try:
-        return float(text[:-1] if unit is not None else text) * (unit or 1.0)
-    except ValueError:
-        raise TaskValidationError(
-            "period_s", text, "seconds, or a duration such as 30s, 5m, 1h or 1d"
-        ) from None
+    return parse_duration("period_s", text)
 
 
 def _limits_done(done: str, key: str) -> str:
