@@ -32,6 +32,7 @@ from taskward.testing import (
     SummaryState,
     run_conformance,
 )
+from tests.integration.helpers import lapse_lease
 
 REGISTRY = build_registry(AdapterConfig(command_allowlist=frozenset({"true"})))
 # Retries are due at once; release_retries() promotes them on the store clock.
@@ -94,20 +95,8 @@ class LocalHarness(ConformanceHarness):
     async def expire_lease(self, task_id: str) -> None:
         row = await taskward.get_task(self.db, task_id)
         assert row["status"] == "running", row
-        # The lease runs out now (a compare-and-swap on the lease as read; owner, attempt and
-        # deadline kept), then the queue's own recovery runs on the store's clock.
-        async with self.db.transaction() as tx:
-            lapsed = await tx.run_update_if(
-                task_id,
-                "running",
-                {"lease_expires_at": tx.now - 0.001},
-                {
-                    "leased_by": row["leased_by"],
-                    "lease_attempts": row["lease_attempts"],
-                    "lease_expires_at": row["lease_expires_at"],
-                },
-            )
-        assert lapsed is not None, row
+        # The lease runs out now, then the queue's own recovery runs on the store's clock.
+        await lapse_lease(self.db, task_id)
         await reap_expired_leases(self.db, retry_policy=IMMEDIATE)
         await promote_due_retries(self.db)
 

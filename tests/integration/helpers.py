@@ -67,3 +67,24 @@ class Turns:
 
     def stop(self) -> None:
         self._task.cancel()
+
+
+async def lapse_lease(db: StateDB, task_id: str) -> None:
+    """Let a running task's lease run out now, as a crashed owner's would: the row's stored
+    expiry moves to just before the store's clock (a compare-and-swap on the lease as read;
+    owner, attempt and deadline kept), so a reaper on the store's clock recovers it. A reaper at
+    an injected future time would requeue it at that time instead, and R16 keeps a row queued in
+    the future from a claim made now."""
+    row = await taskward.get_task(db, task_id)
+    async with db.transaction() as tx:
+        lapsed = await tx.run_update_if(
+            task_id,
+            "running",
+            {"lease_expires_at": tx.now - 0.001},
+            {
+                "leased_by": row["leased_by"],
+                "lease_attempts": row["lease_attempts"],
+                "lease_expires_at": row["lease_expires_at"],
+            },
+        )
+    assert lapsed is not None, row

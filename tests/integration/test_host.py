@@ -44,6 +44,7 @@ from taskward.runtime import EXIT_MEMORY_PRESSURE, EXIT_OK, WorkerConfig, Worker
 from taskward.settings import set_max_attempts
 from taskward.store.port import StateDB
 from taskward.testing import wait_until
+from tests.integration.helpers import lapse_lease
 
 from .helpers import Turns
 
@@ -160,25 +161,9 @@ async def claim(src: LocalTaskSource) -> Task:
 
 
 async def lapse_and_reap(db: StateDB, task_id: str) -> None:
-    """A crashed owner's lease runs out now and the reaper requeues the task at once.
-
-    The row's stored expiry moves to just before the store's clock (owner, attempt and deadline
-    kept, a compare-and-swap on the lease as read), then the reaper runs on that clock. It must
-    not run at an injected future time instead: R16, a claim takes only rows queued by its own
-    time, and the row a future reaper requeued would not be due for a claim made now."""
-    row = await taskward.get_task(db, task_id)
-    async with db.transaction() as tx:
-        lapsed = await tx.run_update_if(
-            task_id,
-            "running",
-            {"lease_expires_at": tx.now - 0.001},
-            {
-                "leased_by": row["leased_by"],
-                "lease_attempts": row["lease_attempts"],
-                "lease_expires_at": row["lease_expires_at"],
-            },
-        )
-    assert lapsed is not None, row
+    """A crashed owner's lease runs out now and the reaper requeues the task at once (on the
+    store's clock: ``helpers.lapse_lease``)."""
+    await lapse_lease(db, task_id)
     counts = await reap_expired_leases(db, retry_policy=IMMEDIATE)
     assert (counts["retry_wait"], counts["queued"]) == (1, 1), counts
 
