@@ -144,12 +144,21 @@ class Lease:
         return value
 
     def guard(self) -> dict[str, Any]:
-        """Terminal writes guard the exact owner, stored expiry and attempt (ADR-0071 D4)."""
-        return {
-            "leased_by": self.leased_by,
-            "lease_expires_at": self.lease_expires_at,
-            "lease_attempts": self.attempt,
-        }
+        """Terminal writes guard the exact lease: its owner and attempt, the lease id (R4).
+
+        Decision (R25): the guard holds the lease id, not the stored expiry. ADR-0071 D4 also
+        guarded the expiry when a lease never changed once granted, so the expiry named a lease
+        as surely as its id; a renewal moves ``lease_expires_at`` under a running owner, and a
+        guard on it would refuse the owner's own completion after a renewal it had not heard
+        of (a lost reply; a renewal and a finish in flight at once). R4 still holds, as
+        everything that takes a lease away changes the guarded row: the reaper moves the row
+        out of ``running`` and clears ``leased_by``, a deadline reaper or a cancellation moves
+        it out of ``running``, a reclaim writes the next attempt (``lease_attempts`` only
+        grows), and every terminal write compares the status (``running``) too. The reaper
+        still guards the expiry it saw (``transitions.recovery``), so a renewal that lands
+        first wins over it.
+        """
+        return {"leased_by": self.leased_by, "lease_attempts": self.attempt}
 
 
 @dataclass(frozen=True)

@@ -275,10 +275,11 @@ LEFT JOIN u ON true;
 -- A group commit's terminal transitions out of running under their leases, in one statement
 -- (transitions.finish for execution.TerminalBuild items that share one outcome and a
 -- finish_template), what is one value for the whole group as one value. Each row keeps its own
--- compare-and-swap (its id, running, the lease's owner, expiry and attempt), its own fact, event
--- and notification, exactly the rows transitions.rows.audit_rows builds (a test compares them;
--- the notification's delivery bounds are its :outbox_max_attempts and :outbox_ttl_s):
--- v: each row's id, attempt, lease expiry, exit code, evidence (its canonical JSON, and as
+-- compare-and-swap (its id, running, the lease's owner and attempt: the lease id, R4, R25),
+-- its own fact, event and notification, exactly the rows transitions.rows.audit_rows builds (a
+-- test compares them; the notification's delivery bounds are its :outbox_max_attempts and
+-- :outbox_ttl_s):
+-- v: each row's id, attempt, exit code, evidence (its canonical JSON, and as
 --   jsonb once), new ids, and the status it compares (a column, so that the planner matches by primary key, never
 --   by a partial index over every running row);
 -- fact: the request hash is the canonical request text cut around the row's id, attempt and
@@ -288,9 +289,9 @@ LEFT JOIN u ON true;
 --   insert succeeded: a plain insert too.
 WITH v AS MATERIALIZED (
   SELECT r.*, r.evidence::jsonb AS refs, :from_state::text AS g_status
-  FROM unnest(:ids::text[], :attempts::integer[], :expiries::float8[], :exit_codes::integer[],
-              :evidence::text[], :fact_ids::text[], :event_ids::text[], :outbox_ids::text[])
-    AS r(g_id, g_attempt, g_expiry, exit_code, evidence, fact_id, event_id, outbox_id)
+  FROM unnest(:ids::text[], :attempts::integer[], :exit_codes::integer[], :evidence::text[],
+              :fact_ids::text[], :event_ids::text[], :outbox_ids::text[])
+    AS r(g_id, g_attempt, exit_code, evidence, fact_id, event_id, outbox_id)
 ), u AS (
   UPDATE schedule_runs SET
     status = :to_state::text, updated_at = :now::float8,
@@ -300,7 +301,6 @@ WITH v AS MATERIALIZED (
   FROM v
   WHERE schedule_runs.id = v.g_id AND schedule_runs.status = v.g_status
     AND schedule_runs.leased_by = :worker_id::text
-    AND schedule_runs.lease_expires_at = v.g_expiry
     AND schedule_runs.lease_attempts = v.g_attempt
   RETURNING schedule_runs.id, schedule_runs.leased_by, schedule_runs.lease_attempts,
             v.g_attempt, v.evidence, v.refs, v.fact_id, v.event_id, v.outbox_id
