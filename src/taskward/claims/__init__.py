@@ -49,9 +49,11 @@ from taskward.claims.spec import (
     DEFAULT_LEASE_TTL_SECONDS,
     DEFAULT_TASK_TIMEOUT_SECONDS,
     MAX_TASK_TIMEOUT_SECONDS,
+    MIN_RENEWABLE_LEASE_TTL_SECONDS,
     Claimed,
     Lease,
     WorkerSpec,
+    lease_expiry,
     new_worker_id,
 )
 from taskward.claims.spec import _claim_parts as _claim_parts
@@ -66,6 +68,7 @@ __all__ = [
     "DEFAULT_LEASE_TTL_SECONDS",
     "DEFAULT_TASK_TIMEOUT_SECONDS",
     "MAX_TASK_TIMEOUT_SECONDS",
+    "MIN_RENEWABLE_LEASE_TTL_SECONDS",
     "Claimed",
     "Cursor",
     "Lease",
@@ -75,6 +78,7 @@ __all__ = [
     "claim_rows",
     "claim_runs",
     "find_candidates",
+    "lease_expiry",
     "new_worker_id",
     "pass_call",
     "pass_calls",

@@ -195,8 +195,9 @@ SELECT * FROM taskward_claim_lock_page(
 --   every queued row instead), guarded as claims._claim_parts guards it (queued, no
 --   owner, the attempt count the page read, no cancellation request), with its lease (R5:
 --   deadline = now + timeout_s (0 or absent: :default_timeout_s; at most :max_timeout_s,
---   claims.MAX_TASK_TIMEOUT_SECONDS); expiry = the later of
---   now + :lease_ttl and deadline + :lease_slack_s) and its status projection;
+--   claims.MAX_TASK_TIMEOUT_SECONDS); expiry = the later of now + :lease_ttl and
+--   deadline + :lease_slack_s, or for a worker that :renews its leases (R25) the earlier,
+--   claims.lease_expiry) and its status projection;
 -- fact / event: the transition's fact (its request hash the canonical request text spliced
 --   around the row's id and attempt) and event, exactly transitions.rows.audit_rows'. A taken transition
 --   key fails the statement (the unique index refuses the fact; the store raises
@@ -234,8 +235,9 @@ WITH ctx AS MATERIALIZED (
     status_reason_summary = :summary_head::text || v.attempt || :summary_tail::text,
     status_evidence_refs = :evidence_refs::jsonb,
     leased_by = :worker_id::text,
-    lease_expires_at = GREATEST(:now::float8 + :lease_ttl::float8,
-                                v.deadline + :lease_slack_s::float8),
+    lease_expires_at = CASE WHEN :renews::boolean
+      THEN LEAST(:now::float8 + :lease_ttl::float8, v.deadline + :lease_slack_s::float8)
+      ELSE GREATEST(:now::float8 + :lease_ttl::float8, v.deadline + :lease_slack_s::float8) END,
     lease_attempts = v.attempt, deadline_at = v.deadline, retry_at = NULL
   FROM picked v
   WHERE schedule_runs.id = v.g_id AND schedule_runs.status = v.g_status
