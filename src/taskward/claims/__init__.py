@@ -17,12 +17,13 @@ the block authoritative across machines (R7).
   back, and the lease arithmetic of one claim (R5);
 - ``pages``: the candidates, page by page, and their order (reads only);
 - ``passes``: the pass itself (``claim_rows``, ``claim_pass``) and its one-statement first page
-  (``pass_call``, ``pass_claimed``); its claims are moves that ``taskward.transitions`` writes.
+  (``pass_call``, ``pass_claimed``); its claims are moves that ``taskward.transitions`` writes;
+- ``renewal``: a running owner's renewal of its lease (``renew_lease``, R25), no transition.
 
-Imports point one way: ``passes`` -> ``pages`` -> ``spec``. Every name ``taskward.claims`` had
-as one module is still importable here, the private ``_page_params`` and ``_claim_parts`` too
-(tests name them). The constants live with the code that reads them (a test that bounds the
-scan sets ``pages.CLAIM_SCAN_CAP``).
+Imports point one way: ``passes`` -> ``pages`` -> ``spec``; ``renewal`` imports none of them.
+Every name ``taskward.claims`` had as one module is still importable here, the private
+``_page_params`` and ``_claim_parts`` too (tests name them). The constants live with the code
+that reads them (a test that bounds the scan sets ``pages.CLAIM_SCAN_CAP``).
 """
 
 from taskward.claims.pages import (
@@ -43,6 +44,7 @@ from taskward.claims.passes import (
     pass_calls,
     pass_claimed,
 )
+from taskward.claims.renewal import renew_lease
 from taskward.claims.spec import (
     DEFAULT_HEARTBEAT_TTL_SECONDS,
     DEFAULT_LEASE_SLACK_SECONDS,
@@ -83,4 +85,5 @@ __all__ = [
     "pass_call",
     "pass_calls",
     "pass_claimed",
+    "renew_lease",
 ]
