@@ -9,8 +9,13 @@ waits poll a condition, never a fixed sleep.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,28 +31,55 @@ from taskward.claims import (
 )
 from taskward.claims.renewal import renew_lease
 from taskward.execution import RetryPolicy, settle_lease
+from taskward.host import (
+    AdapterRunner,
+    LocalSummaryStore,
+    LocalTaskSource,
+    RenewsLeases,
+    ResidentEngineHost,
+    Task,
+    TaskAck,
+    TaskFailure,
+    TaskSession,
+)
 from taskward.maintenance.reaper import promote_due_retries, reap_expired_leases
 from taskward.maintenance.service import write_edge
 from taskward.models import Actor
+from taskward.registry import TaskAdapterRegistry
 from taskward.store.port import StateDB
+from taskward.testing import wait_until
 from taskward.transitions import recovery
 
-REGISTRY = build_registry(AdapterConfig(command_allowlist=frozenset({"true", "sleep"})))
+REGISTRY = build_registry(AdapterConfig(command_allowlist=frozenset({"true"})))
+MODULE = "tests.integration.worker_tasks"
+PY_REGISTRY = build_registry(
+    AdapterConfig(imports=(MODULE,), command_allowlist=frozenset({"true"}))
+)
 TTL_S = 6.0
 SLACK_S = 30.0
 TIMEOUT_S = 600.0
 T0 = 1_000_000.0
 IMMEDIATE = RetryPolicy(base_s=0.0, jitter=0.0)
+ACCEPTED = TaskAck(applied=True)
+STALE = TaskAck(applied=False, rejection="stale_lease")
+MISSING = TaskAck(applied=False, rejection="missing_holder")
 
 
-async def submit(db: StateDB, args: dict[str, Any] | None = None, *, now: float = T0) -> str:
+async def submit(
+    db: StateDB,
+    args: dict[str, Any] | None = None,
+    *,
+    now: float | None = None,
+    kind: str = "command",
+    registry: TaskAdapterRegistry = REGISTRY,
+) -> str:
     app = taskward.TaskApplication(
-        action_kind="command",
+        action_kind=kind,
         args=args if args is not None else {"argv": ["true"], "timeout_s": TIMEOUT_S},
         execution_target="host",
         idempotency_key=f"renew-{uuid.uuid4()}",
     )
-    return await taskward.submit_task(db, app, registry=REGISTRY, now=now)
+    return await taskward.submit_task(db, app, registry=registry, now=now)
 
 
 def spec(
@@ -59,7 +91,7 @@ def spec(
 ) -> WorkerSpec:
     return WorkerSpec(
         worker_id=worker_id,
-        kinds=REGISTRY.kinds(),
+        kinds=PY_REGISTRY.kinds(),
         capabilities=capabilities,
         lease_ttl=lease_ttl,
         lease_slack_s=SLACK_S,
@@ -251,3 +283,318 @@ async def test_a_renewal_of_an_unknown_or_finished_task_is_refused(db: StateDB) 
     assert done.applied
     assert await renew(db, claimed, now=T0 + 2) is None
     assert (await taskward.get_task(db, task_id))["status"] == "completed"
+
+
+# -- LocalTaskSource.renew (host.ports.RenewsLeases) ----------------------------------------------
+
+
+def source(
+    db: StateDB,
+    worker_id: str = "host:aaaaaaaa",
+    *,
+    renews: bool = True,
+    one_step: bool = False,
+    registry: TaskAdapterRegistry = REGISTRY,
+) -> LocalTaskSource:
+    worker = WorkerSpec(
+        worker_id=worker_id,
+        kinds=registry.kinds(),
+        lease_ttl=TTL_S,
+        lease_slack_s=SLACK_S,
+        renews=renews,
+    )
+    summaries = LocalSummaryStore(db) if one_step else None
+    return LocalTaskSource(db, worker, retry_policy=IMMEDIATE, summaries=summaries)
+
+
+async def claim(src: LocalTaskSource) -> Task:
+    task = await src.claim()
+    assert task is not None
+    return task
+
+
+async def reclaim_elsewhere(db: StateDB, task_id: str, worker_id: str = "host:bbbbbbbb") -> Task:
+    """The holder looks dead: its lease lapses (time injected), the reaper requeues the task and
+    another worker claims it."""
+    lapsed = (await taskward.get_task(db, task_id))["lease_expires_at"] + 0.001
+    await reap_expired_leases(db, now=lapsed, retry_policy=IMMEDIATE)
+    await promote_due_retries(db, now=lapsed)
+    [claimed] = await claim_rows(db, spec(worker_id), limit=1, now=lapsed + 1)
+    assert claimed.lease.task_id == task_id
+    return Task(
+        id=task_id,
+        objective="reclaimed",
+        cwd=Path.cwd(),
+        lease_id=claimed.lease.lease_id,
+        lease_expires_at=datetime.fromtimestamp(claimed.lease.deadline_at + SLACK_S, UTC),
+        attempt=claimed.lease.attempt,
+        deadline=datetime.fromtimestamp(claimed.lease.deadline_at, UTC),
+    )
+
+
+async def test_a_renewing_source_hands_out_a_task_whose_lease_renewal_covers_the_deadline(
+    db: StateDB,
+) -> None:
+    """D1 holds for the Task (kept as recorded, R10): its lease covers the deadline, by renewal
+    up to the deadline + slack; the row's own expiry is ``lease_ttl`` ahead."""
+    task_id = await submit(db)
+    src = source(db)
+    assert src.renew_every_s == pytest.approx(TTL_S / 3)
+    assert source(db, renews=False).renew_every_s is None
+    task = await claim(src)
+    row = await taskward.get_task(db, task_id)
+    assert row["lease_expires_at"] == pytest.approx(row["deadline_at"] - TIMEOUT_S + TTL_S)
+    assert task.deadline == datetime.fromtimestamp(row["deadline_at"], UTC)
+    assert task.lease_expires_at == datetime.fromtimestamp(row["deadline_at"] + SLACK_S, UTC)
+    assert isinstance(src, RenewsLeases)
+
+
+async def test_local_source_renew_extends_its_lease_and_refuses_any_other(db: StateDB) -> None:
+    task_id = await submit(db)
+    never = await submit(db)
+    src = source(db)
+    task = await claim(src)
+    claimed_expiry = src.claimed(task_id).lease.lease_expires_at
+    assert await src.renew(task_id, task.lease_id) == ACCEPTED
+    row = await taskward.get_task(db, task_id)
+    assert row["lease_expires_at"] >= claimed_expiry
+    # the side channel knows the renewed expiry, as the row says
+    assert src.claimed(task_id).lease.lease_expires_at == row["lease_expires_at"]
+    for forged in ("host:bbbbbbbb/1", "host:aaaaaaaa/2", "nonsense"):
+        assert await src.renew(task_id, forged) == STALE
+    assert not src.tokens[task_id].is_cancelled  # a forged id stops nothing
+    assert await src.renew(f"no-such-{uuid.uuid4()}", task.lease_id) == MISSING
+    assert await src.renew(never, "host:aaaaaaaa/1") == MISSING
+    assert (await taskward.get_task(db, task_id))["lease_expires_at"] == row["lease_expires_at"]
+
+
+async def test_a_renewal_that_loses_cancels_the_runs_token(db: StateDB) -> None:
+    task_id = await submit(db)
+    src = source(db)
+    task = await claim(src)
+    token = src.tokens[task_id]
+    new = await reclaim_elsewhere(db, task_id)
+    before = await taskward.get_task(db, task_id)
+    assert await src.renew(task_id, task.lease_id) == STALE
+    assert token.is_cancelled and "lost" in (token.reason or "")
+    assert new.lease_id in (token.reason or "")
+    assert await taskward.get_task(db, task_id) == before  # the new holder's lease untouched
+
+
+# -- the host renews what it holds (ResidentEngineHost.renew_leases) -------------------------------
+
+
+def host(
+    src: LocalTaskSource,
+    db: StateDB,
+    run_task: Any,
+    *,
+    renew_every_s: float | None = 3600.0,  # the tests' own passes; None: the source's interval
+    lease_lost_grace_s: float = 5.0,
+) -> ResidentEngineHost:
+    summaries = src.summary_store or LocalSummaryStore(db)
+    return ResidentEngineHost(
+        source=src,
+        summaries=summaries,
+        max_concurrent_tasks=1,  # a host busy with its task: it cannot take it back itself
+        session_factory=TaskSession,
+        run_task=run_task,
+        idle_wait_s=0.02,
+        renew_every_s=renew_every_s,
+        lease_lost_grace_s=lease_lost_grace_s,
+    )
+
+
+@contextlib.asynccontextmanager
+async def serving(h: ResidentEngineHost) -> AsyncIterator[asyncio.Task[None]]:
+    serve = asyncio.ensure_future(h.serve())
+    try:
+        yield serve
+    except BaseException:
+        serve.cancel()
+        await asyncio.wait({serve}, timeout=30)
+        raise
+    h.stop_claiming("test finished")
+    await asyncio.wait_for(serve, 30)
+
+
+async def facts(db: StateDB, task_id: str) -> list[tuple[str, str]]:
+    return [
+        (f["previous_status"], f["status"]) for f in await taskward.list_transitions(db, task_id)
+    ]
+
+
+async def stale_results(db: StateDB, task_id: str) -> list[dict[str, Any]]:
+    events = await taskward.list_task_events(db, task_id)
+    return [e for e in events if e["kind"] == "stale_result"]
+
+
+@pytest.mark.parametrize("one_step", [False, True], ids=["two_steps", "one_step"])
+async def test_the_owners_completion_after_renewals_applies_exactly_once(
+    db: StateDB, one_step: bool
+) -> None:
+    task_id = await submit(db)
+    src = source(db, one_step=one_step)
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def held(task: Task, session: Any) -> dict[str, Any]:
+        started.set()
+        await release.wait()
+        return {}
+
+    h = host(src, db, held)
+    async with serving(h) as serve:
+        await wait_until(_set(started), "the task to run", serving=serve)
+        claimed = (await taskward.get_task(db, task_id))["lease_expires_at"]
+        assert await h.renew_leases() == 1
+        assert await h.renew_leases() == 1
+        renewed = (await taskward.get_task(db, task_id))["lease_expires_at"]
+        assert renewed >= claimed
+        assert src.claimed(task_id).lease.lease_expires_at == renewed
+        release.set()
+        await wait_until(_status(db, task_id, "completed"), "the completion", serving=serve)
+    assert (h.stats.renewed, h.stats.leases_lost, h.stats.ack_rejected) == (2, 0, 0)
+    assert h.stats.completed == 1
+    assert await facts(db, task_id) == [("queued", "running"), ("running", "completed")]
+    assert await stale_results(db, task_id) == []
+
+
+async def test_a_run_whose_renewal_lost_is_cancelled_and_its_result_never_written(
+    db: StateDB, tmp_path: Path
+) -> None:
+    """The run waits for its cancellation token (``until_cancelled``): the lost renewal cancels
+    it cooperatively, and the refused acknowledgement is a ``stale_result`` event, no fact."""
+    marker = tmp_path / "running"
+    task_id = await submit(
+        db,
+        {"marker": str(marker), "timeout_s": TIMEOUT_S},
+        kind="until_cancelled",
+        registry=PY_REGISTRY,
+    )
+    src = source(db, registry=PY_REGISTRY)
+    old_lease = f"{src.spec.worker_id}/1"
+    h = host(src, db, AdapterRunner(PY_REGISTRY, src))
+    async with serving(h) as serve:
+        await wait_until(_exists(marker), "the task to run", serving=serve)
+        new = await reclaim_elsewhere(db, task_id)
+        assert await h.renew_leases() == 0
+        assert h.stats.leases_lost == 1
+        await wait_until(_idle(h), "the lost run to end", serving=serve)
+    assert h.stats.ack_rejected == 1 and h.stats.failed == h.stats.completed == 0
+    row = await taskward.get_task(db, task_id)
+    assert (row["status"], row["leased_by"], row["lease_attempts"]) == (
+        "running",
+        "host:bbbbbbbb",
+        2,
+    )
+    # a fact per change only: the lost run's end wrote none
+    assert await facts(db, task_id) == [
+        ("queued", "running"),
+        ("running", "retry_wait"),
+        ("retry_wait", "queued"),
+        ("queued", "running"),
+    ]
+    [event] = await stale_results(db, task_id)
+    assert event["payload"]["lease_id"] == old_lease
+    assert event["payload"]["status"] == "cancelled"  # the adapter's own result, via its token
+    assert "lost" in (event["payload"]["error_detail"] or "")
+    # the new holder finishes it, once
+    assert await source(db, "host:bbbbbbbb").fail(
+        task_id, new.lease_id, TaskFailure(code="flow_failed", detail="x", retryable=False)
+    ) == TaskAck(applied=True)
+    assert (await taskward.get_task(db, task_id))["status"] == "failed"
+
+
+async def test_a_lost_run_that_ignores_its_cancellation_is_stopped_after_the_grace(
+    db: StateDB,
+) -> None:
+    task_id = await submit(db)
+    src = source(db)
+    started = asyncio.Event()
+    stopped: list[BaseException] = []
+
+    async def stubborn(task: Task, session: Any) -> dict[str, Any]:
+        started.set()
+        try:
+            await asyncio.Event().wait()  # never looks at a token
+        except BaseException as exc:
+            stopped.append(exc)
+            raise
+        return {}
+
+    h = host(src, db, stubborn, lease_lost_grace_s=0.05)
+    async with serving(h) as serve:
+        await wait_until(_set(started), "the task to run", serving=serve)
+        await reclaim_elsewhere(db, task_id)
+        assert await h.renew_leases() == 0
+        await wait_until(_idle(h), "the lost run to be stopped", serving=serve)
+    assert [type(exc) for exc in stopped] == [asyncio.CancelledError]
+    assert h.stats.leases_lost == h.stats.ack_rejected == 1
+    [event] = await stale_results(db, task_id)
+    assert "lease lost" in (event["payload"]["error_detail"] or "")
+    row = await taskward.get_task(db, task_id)
+    assert (row["status"], row["leased_by"]) == ("running", "host:bbbbbbbb")
+
+
+async def test_a_host_renews_a_renewing_sources_leases_on_its_own_while_serving(
+    db: StateDB,
+) -> None:
+    """No interval given: the host takes the source's (``lease_ttl / 3``, 1 s at the shortest
+    renewable ttl) and renews until the run ends; the run waits on the row, never on a sleep."""
+    await submit(db)
+    worker = WorkerSpec(
+        worker_id="host:aaaaaaaa",
+        kinds=REGISTRY.kinds(),
+        lease_ttl=MIN_RENEWABLE_LEASE_TTL_SECONDS,
+        lease_slack_s=SLACK_S,
+        renews=True,
+    )
+    src = LocalTaskSource(db, worker, retry_policy=IMMEDIATE)
+    seen: list[float] = []
+
+    async def until_renewed(task: Task, session: Any) -> dict[str, Any]:
+        first = (await taskward.get_task(db, task.id))["lease_expires_at"]
+
+        async def renewed() -> bool:
+            seen.append((await taskward.get_task(db, task.id))["lease_expires_at"])
+            return seen[-1] > first
+
+        await wait_until(renewed, "a renewal", timeout_s=10)
+        return {}
+
+    h = host(src, db, until_renewed, renew_every_s=None)
+    async with serving(h) as serve:
+        await wait_until(lambda: _done(h), "the completion", serving=serve, timeout_s=15)
+    assert h.stats.completed == 1 and h.stats.renewed >= 1 and not h.stats.errors
+
+
+def _set(event: asyncio.Event) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return event.is_set()
+
+    return check
+
+
+def _exists(path: Path) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return path.exists()
+
+    return check
+
+
+def _idle(h: ResidentEngineHost) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return h.active_count == 0
+
+    return check
+
+
+def _status(db: StateDB, task_id: str, wanted: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return (await taskward.get_task(db, task_id))["status"] == wanted
+
+    return check
+
+
+async def _done(h: ResidentEngineHost) -> bool:
+    return h.stats.completed >= 1 and h.active_count == 0

@@ -49,10 +49,11 @@ DEFAULT_TASK_TIMEOUT_SECONDS: Final = 240.0
 # (PostgreSQL's one-statement pass) clamps with the same value (:max_timeout_s).
 MAX_TASK_TIMEOUT_SECONDS: Final = MAX_TASK_TIMEOUT_CEILING_S
 DEFAULT_LEASE_SLACK_SECONDS: Final = 30.0
-# R25: a renewing worker renews every lease_ttl / 3, so a renewal may be lost or late and the
-# next still lands before the lease lapses; below this ttl renewals would be due more often than
-# once a second, each a store round trip and a scheduling hiccup away from a lapse.
-# ``WorkerSpec`` refuses a shorter ttl for a renewing worker.
+# R25: a renewing worker renews RENEWALS_PER_LEASE times a lease_ttl, so a renewal may be lost
+# or late and the next still lands before the lease lapses; below this ttl renewals would be due
+# more often than once a second, each a store round trip and a scheduling hiccup away from a
+# lapse. ``WorkerSpec`` refuses a shorter ttl for a renewing worker.
+RENEWALS_PER_LEASE: Final = 3
 MIN_RENEWABLE_LEASE_TTL_SECONDS: Final = 3.0
 # Tokens that order and never filter (affinity): the page's SQL filter must skip them too.
 _SOFT_TOKENS: Final = json.dumps(
@@ -89,6 +90,11 @@ class WorkerSpec:
                 f"lease_ttl {self.lease_ttl!r} is too short to renew: a renewing worker needs "
                 f"at least {MIN_RENEWABLE_LEASE_TTL_SECONDS:g} s (it renews every lease_ttl / 3)"
             )
+
+    @property
+    def renew_every_s(self) -> float | None:
+        """How often a host renews this worker's leases (R25); None when it does not renew."""
+        return self.lease_ttl / RENEWALS_PER_LEASE if self.renews else None
 
     @cached_property
     def actor(self) -> Actor:
