@@ -207,9 +207,14 @@ class ResidentEngineHost(HostJobs):
         return asyncio.create_task(self._renew_every(every))
 
     async def _renew_every(self, every_s: float) -> None:
-        """``renew_leases`` every ``every_s`` until cancelled (``serve``'s end)."""
+        """``renew_leases`` every ``every_s`` until cancelled (``serve``'s end). The passes
+        keep their cadence: a slow pass (a slow store) shortens the wait after it, never
+        lengthens the gap between renewals."""
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:
-            await asyncio.sleep(every_s)
+            due = max(due + every_s, loop.time())
+            await asyncio.sleep(due - loop.time())
             try:
                 await self.renew_leases()
             except Exception as exc:  # never ends the loop: the next pass tries again
