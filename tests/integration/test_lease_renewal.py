@@ -69,7 +69,7 @@ async def submit(
     db: StateDB,
     args: dict[str, Any] | None = None,
     *,
-    now: float | None = None,
+    now: float = T0,  # queued long before any injected claim time: due for every claim (R16)
     kind: str = "command",
     registry: TaskAdapterRegistry = REGISTRY,
 ) -> str:
