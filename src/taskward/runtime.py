@@ -1,5 +1,6 @@
 """The ``taskward worker`` runtime: a ResidentEngineHost over LocalTaskSource whose runner
-dispatches through the adapter registry, plus heartbeats, reapers and cancellation forwarding.
+dispatches through the adapter registry, plus heartbeats, reapers and cancellation forwarding;
+with ``renew`` the host renews the leases it holds (R25: the source's ``lease_ttl / 3``).
 
 One worker runtime with bounded concurrency (DESIGN.md "One system, not three"). Signals: the
 first SIGTERM/SIGINT drains (stop claiming, finish active tasks, exit 0); a second one cancels
@@ -81,6 +82,9 @@ class WorkerConfig:
     reap_interval_s: float = 1.0
     default_timeout_s: float = DEFAULT_TASK_TIMEOUT_SECONDS
     lease_slack_s: float = DEFAULT_LEASE_SLACK_SECONDS
+    # R25: renew held leases (every lease_ttl / 3), so a claim grants lease_ttl alone and a
+    # crashed worker's task is recovered within about lease_ttl, however long the task runs.
+    renew: bool = False
     deadline_grace_s: float = DEFAULT_DEADLINE_GRACE_SECONDS
     idle_wait_s: float = 0.5
     cancel_poll_s: float = 1.0
@@ -116,6 +120,7 @@ class WorkerRuntime:
             heartbeat_ttl=config.heartbeat_ttl,
             default_timeout_s=config.default_timeout_s,
             lease_slack_s=config.lease_slack_s,
+            renews=config.renew,
         )
         # One group commit for both: a task's summary, completion and the next claim for its
         # slot are one step (LocalTaskSource.complete_with_summary).

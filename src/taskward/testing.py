@@ -1,9 +1,10 @@
 """The ADR-0037 D6 conformance suite, kept importable here (``taskward.testing``); it lives in
-``taskward.host.conformance``: the harness, the recording wrappers, the ten cases and
-``run_conformance``. See that package for usage."""
+``taskward.host.conformance``: the harness, the recording wrappers, the ten cases, the optional
+ports' cases and ``run_conformance``. See that package for usage."""
 
 from taskward.host.conformance import (
     CONFORMANCE_CASES,
+    OPTIONAL_CASES,
     CallLog,
     CaseReport,
     ConformanceCase,
@@ -12,6 +13,7 @@ from taskward.host.conformance import (
     ConformanceSession,
     PortCall,
     QueueState,
+    RecordingRenewingSource,
     RecordingSummaryStore,
     RecordingTaskSource,
     SummaryOutage,
@@ -28,8 +30,10 @@ __all__ = [
     "ConformanceFailure",
     "ConformanceHarness",
     "ConformanceSession",
+    "OPTIONAL_CASES",
     "PortCall",
     "QueueState",
+    "RecordingRenewingSource",
     "RecordingSummaryStore",
     "RecordingTaskSource",
     "SummaryOutage",

@@ -1,5 +1,5 @@
 """ADR-0037 D6: the in-tree LocalTaskSource and LocalSummaryStore pass the reusable conformance
-suite (``taskward.testing``) on both backends.
+suite (``taskward.testing``) on both backends, the optional lease-renewal case (R25) too.
 
 Nothing sleeps: a crash-style lease expiry moves the stored ``lease_expires_at`` to just before
 the store's clock and runs the reaper on that clock (R6: expired when ``lease_expires_at < now``).
@@ -26,6 +26,7 @@ from taskward.settings import set_max_attempts
 from taskward.store.port import StateDB
 from taskward.testing import (
     CONFORMANCE_CASES,
+    OPTIONAL_CASES,
     ConformanceCase,
     ConformanceHarness,
     QueueState,
@@ -80,7 +81,7 @@ class LocalHarness(ConformanceHarness):
         )
         return await taskward.submit_task(self.db, app, registry=REGISTRY)
 
-    async def make_source(self) -> TaskSource:
+    async def make_source(self, *, renews: bool = False) -> TaskSource:
         store = await taskward.open_db(self.db_url)
         self._stores.append(store)
         spec = WorkerSpec(
@@ -89,8 +90,13 @@ class LocalHarness(ConformanceHarness):
             lease_ttl=LEASE_TTL_S,
             default_timeout_s=DEFAULT_TIMEOUT_S,
             lease_slack_s=LEASE_SLACK_S,
+            renews=renews,
         )
         return LocalTaskSource(store, spec, retry_policy=IMMEDIATE)
+
+    async def make_renewing_source(self) -> TaskSource:
+        """A worker that renews its leases (R25): its claims grant LEASE_TTL_S alone."""
+        return await self.make_source(renews=True)
 
     async def expire_lease(self, task_id: str) -> None:
         row = await taskward.get_task(self.db, task_id)
@@ -157,6 +163,25 @@ async def test_local_ports_pass_conformance_case(
     harness: LocalHarness, case: ConformanceCase
 ) -> None:
     await case.run(harness)
+
+
+@pytest.mark.parametrize("case", OPTIONAL_CASES, ids=str)
+async def test_local_ports_pass_the_optional_ports_case(
+    harness: LocalHarness, case: ConformanceCase
+) -> None:
+    """LocalTaskSource has the optional renewal port (R25): it runs that case too."""
+    await case.run(harness)
+
+
+async def test_a_harness_without_a_renewing_source_says_so() -> None:
+    """Renewal is optional: a harness that does not make a renewing source conforms to the ten
+    cases, and the optional case fails naming why instead of passing vacuously."""
+
+    class Plain(LocalHarness):
+        make_renewing_source = ConformanceHarness.make_renewing_source
+
+    with pytest.raises(NotImplementedError, match="renewal is optional"):
+        await OPTIONAL_CASES[0].run(Plain.__new__(Plain))
 
 
 async def test_run_conformance_reports_each_case_against_a_fresh_harness(

@@ -233,7 +233,7 @@ async def test_a_group_of_terminal_builds_writes_what_the_item_by_item_path_writ
             builds: list[Any] = []
             for n, lease in enumerate(leases):
                 if n == 3:  # a lease the row no longer holds: its compare-and-swap is lost
-                    lease = Lease(**{**lease.__dict__, "lease_expires_at": 1.0})
+                    lease = Lease(**{**lease.__dict__, "attempt": lease.attempt + 1})
                 result = TaskExecutionResult(
                     status="completed", exit_code=3 if n == 2 else 0, evidence_refs=evidence[n]
                 )
@@ -1112,9 +1112,11 @@ async def test_legacy_execute_function_is_honoured(db: StateDB) -> None:
     assert await status(db, ok) == "completed"
 
 
-async def test_lease_guard_includes_owner_expiry_and_attempt() -> None:
+async def test_lease_guard_is_the_lease_id_owner_and_attempt() -> None:
+    """R4, R25: the guard names the lease (owner and attempt), not its expiry, which a renewal
+    moves."""
     lease = Lease("t", "host:a", 2, 10.0, 5.0, 1.0, "noop")
-    assert lease.guard() == {"leased_by": "host:a", "lease_expires_at": 10.0, "lease_attempts": 2}
+    assert lease.guard() == {"leased_by": "host:a", "lease_attempts": 2}
     assert lease.lease_id == "host:a/2"
 
 

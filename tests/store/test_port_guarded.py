@@ -219,7 +219,7 @@ async def test_a_taken_transition_key_inserts_no_fact(db: StateDB) -> None:
     assert len(await db.fetchall("fact_list", {"entity_id": other})) == 1
 
 
-def _finish_params(run_id: str, *, expiry: float, worker: str = "w1") -> dict[str, Any]:
+def _finish_params(run_id: str, *, worker: str = "w1") -> dict[str, Any]:
     """``AuditingTx.finish_running``'s parameters for one run finishing ``completed`` under
     ``worker``'s first lease, its transition key ``finish:1`` (``key_head`` + attempt)."""
     return {
@@ -237,7 +237,6 @@ def _finish_params(run_id: str, *, expiry: float, worker: str = "w1") -> dict[st
         **{f"hash_{k}": f"part{k}" for k in range(4)},
         "ids": [run_id],
         "attempts": [1],
-        "expiries": [expiry],
         "exit_codes": [0],
         "evidence": ["[]"],
         "fact_ids": [new_id()],
@@ -279,14 +278,14 @@ async def test_a_taken_transition_key_in_a_one_statement_finish_is_key_already_u
     finished, blocked = await _leased(db), await _leased(db)
     async with db.transaction(now=NOW + 1) as tx:
         auditing = await _auditing(db, tx)
-        rows = await auditing.finish_running(_finish_params(finished, expiry=NOW + 30))
+        rows = await auditing.finish_running(_finish_params(finished))
     assert [(row["id"], row["fact_written"]) for row in rows] == [(finished, True)]
     assert (await _run(db, finished))["status"] == "completed"
     [fact] = await db.fetchall("fact_list", {"entity_id": finished})
     assert fact["idempotency_key"] == "finish:1"
 
     await db.fetchone("fact_insert", fact_params(blocked, idempotency_key="finish:1"))
-    params = _finish_params(blocked, expiry=NOW + 30)
+    params = _finish_params(blocked)
     with pytest.raises(KeyAlreadyUsed):
         async with db.transaction(now=NOW + 1) as tx:
             await (await _auditing(db, tx)).finish_running(params)

@@ -17,12 +17,13 @@ the block authoritative across machines (R7).
   back, and the lease arithmetic of one claim (R5);
 - ``pages``: the candidates, page by page, and their order (reads only);
 - ``passes``: the pass itself (``claim_rows``, ``claim_pass``) and its one-statement first page
-  (``pass_call``, ``pass_claimed``); its claims are moves that ``taskward.transitions`` writes.
+  (``pass_call``, ``pass_claimed``); its claims are moves that ``taskward.transitions`` writes;
+- ``renewal``: a running owner's renewal of its lease (``renew_lease``, R25), no transition.
 
-Imports point one way: ``passes`` -> ``pages`` -> ``spec``. Every name ``taskward.claims`` had
-as one module is still importable here, the private ``_page_params`` and ``_claim_parts`` too
-(tests name them). The constants live with the code that reads them (a test that bounds the
-scan sets ``pages.CLAIM_SCAN_CAP``).
+Imports point one way: ``passes`` -> ``pages`` -> ``spec``; ``renewal`` imports none of them.
+Every name ``taskward.claims`` had as one module is still importable here, the private
+``_page_params`` and ``_claim_parts`` too (tests name them). The constants live with the code
+that reads them (a test that bounds the scan sets ``pages.CLAIM_SCAN_CAP``).
 """
 
 from taskward.claims.pages import (
@@ -43,15 +44,19 @@ from taskward.claims.passes import (
     pass_calls,
     pass_claimed,
 )
+from taskward.claims.renewal import renew_lease
 from taskward.claims.spec import (
     DEFAULT_HEARTBEAT_TTL_SECONDS,
     DEFAULT_LEASE_SLACK_SECONDS,
     DEFAULT_LEASE_TTL_SECONDS,
     DEFAULT_TASK_TIMEOUT_SECONDS,
     MAX_TASK_TIMEOUT_SECONDS,
+    MIN_RENEWABLE_LEASE_TTL_SECONDS,
+    RENEWALS_PER_LEASE,
     Claimed,
     Lease,
     WorkerSpec,
+    lease_expiry,
     new_worker_id,
 )
 from taskward.claims.spec import _claim_parts as _claim_parts
@@ -66,6 +71,8 @@ __all__ = [
     "DEFAULT_LEASE_TTL_SECONDS",
     "DEFAULT_TASK_TIMEOUT_SECONDS",
     "MAX_TASK_TIMEOUT_SECONDS",
+    "MIN_RENEWABLE_LEASE_TTL_SECONDS",
+    "RENEWALS_PER_LEASE",
     "Claimed",
     "Cursor",
     "Lease",
@@ -75,8 +82,10 @@ __all__ = [
     "claim_rows",
     "claim_runs",
     "find_candidates",
+    "lease_expiry",
     "new_worker_id",
     "pass_call",
     "pass_calls",
     "pass_claimed",
+    "renew_lease",
 ]

@@ -164,11 +164,12 @@ def pass_call(spec: WorkerSpec, limit: int, now: float) -> PassCall | None:
         **spec.page_filter,
         "page_size": page_size,
         "lock": limit,
-        # R5, as _claim_parts computes it in Python.
+        # R5 and R25, as _claim_parts computes them in Python (spec.lease_expiry).
         "default_timeout_s": spec.default_timeout_s,
         "max_timeout_s": MAX_TASK_TIMEOUT_SECONDS,
         "lease_ttl": spec.lease_ttl,
         "lease_slack_s": spec.lease_slack_s,
+        "renews": spec.renews,
     }
     return PassCall(template, params, limit, page_size)
 

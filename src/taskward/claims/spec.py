@@ -1,6 +1,7 @@
-"""What a worker serves and what a claim grants it (ADR-0071 D4/D5, R5): ``WorkerSpec``, the
-``Lease`` and ``Claimed`` a pass hands back, and the lease arithmetic of one claim
-(``_claim_parts``). Pure: no I/O; the moves it builds are written by ``taskward.transitions``.
+"""What a worker serves and what a claim grants it (ADR-0071 D4/D5, R5, R25): ``WorkerSpec``,
+the ``Lease`` and ``Claimed`` a pass hands back, and the lease arithmetic of a claim and of a
+renewal (``lease_expiry``, ``_claim_parts``). Pure: no I/O; the moves it builds are written by
+``taskward.transitions``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ DEFAULT_TASK_TIMEOUT_SECONDS: Final = 240.0
 # (PostgreSQL's one-statement pass) clamps with the same value (:max_timeout_s).
 MAX_TASK_TIMEOUT_SECONDS: Final = MAX_TASK_TIMEOUT_CEILING_S
 DEFAULT_LEASE_SLACK_SECONDS: Final = 30.0
+# R25: a renewing worker renews RENEWALS_PER_LEASE times a lease_ttl, so a renewal may be lost
+# or late and the next still lands before the lease lapses; below this ttl renewals would be due
+# more often than once a second, each a store round trip and a scheduling hiccup away from a
+# lapse. ``WorkerSpec`` refuses a shorter ttl for a renewing worker.
+RENEWALS_PER_LEASE: Final = 3
+MIN_RENEWABLE_LEASE_TTL_SECONDS: Final = 3.0
 # Tokens that order and never filter (affinity): the page's SQL filter must skip them too.
 _SOFT_TOKENS: Final = json.dumps(
     sorted(t for t, c in CAPABILITY_CLASSES.items() if c == "affinity")
@@ -73,6 +80,21 @@ class WorkerSpec:
     lease_slack_s: float = DEFAULT_LEASE_SLACK_SECONDS
     hostname: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
+    # R25 (ADR-0037 protocol version two): this worker renews the leases it holds, so a claim
+    # grants ``lease_ttl`` alone instead of covering the deadline (``lease_expiry``).
+    renews: bool = False
+
+    def __post_init__(self) -> None:
+        if self.renews and not self.lease_ttl >= MIN_RENEWABLE_LEASE_TTL_SECONDS:
+            raise ValueError(
+                f"lease_ttl {self.lease_ttl!r} is too short to renew: a renewing worker needs "
+                f"at least {MIN_RENEWABLE_LEASE_TTL_SECONDS:g} s (it renews every lease_ttl / 3)"
+            )
+
+    @property
+    def renew_every_s(self) -> float | None:
+        """How often a host renews this worker's leases (R25); None when it does not renew."""
+        return self.lease_ttl / RENEWALS_PER_LEASE if self.renews else None
 
     @cached_property
     def actor(self) -> Actor:
@@ -126,7 +148,8 @@ class WorkerSpec:
 
 @dataclass(frozen=True)
 class Lease:
-    """A claimed run as its owner sees it: the values its terminal write must guard."""
+    """A claimed run as its owner sees it: the lease its terminal write guards (``guard``), and
+    the expiry as the owner last knew it (its claim's, or its last renewal's, R25)."""
 
     task_id: str
     leased_by: str
@@ -144,12 +167,21 @@ class Lease:
         return value
 
     def guard(self) -> dict[str, Any]:
-        """Terminal writes guard the exact owner, stored expiry and attempt (ADR-0071 D4)."""
-        return {
-            "leased_by": self.leased_by,
-            "lease_expires_at": self.lease_expires_at,
-            "lease_attempts": self.attempt,
-        }
+        """Terminal writes guard the exact lease: its owner and attempt, the lease id (R4).
+
+        Decision (R25): the guard holds the lease id, not the stored expiry. ADR-0071 D4 also
+        guarded the expiry when a lease never changed once granted, so the expiry named a lease
+        as surely as its id; a renewal moves ``lease_expires_at`` under a running owner, and a
+        guard on it would refuse the owner's own completion after a renewal it had not heard
+        of (a lost reply; a renewal and a finish in flight at once). R4 still holds, as
+        everything that takes a lease away changes the guarded row: the reaper moves the row
+        out of ``running`` and clears ``leased_by``, a deadline reaper or a cancellation moves
+        it out of ``running``, a reclaim writes the next attempt (``lease_attempts`` only
+        grows), and every terminal write compares the status (``running``) too. The reaper
+        still guards the expiry it saw (``transitions.recovery``), so a renewal that lands
+        first wins over it.
+        """
+        return {"leased_by": self.leased_by, "lease_attempts": self.attempt}
 
 
 @dataclass(frozen=True)
@@ -160,18 +192,31 @@ class Claimed:
     row: Row
 
 
+def lease_expiry(spec: WorkerSpec, deadline_at: float, *, now: float) -> float:
+    """The expiry a claim at ``now`` grants for ``deadline_at``.
+
+    R5 (protocol version one): ``max(now + lease_ttl, deadline_at + lease_slack_s)``, a lease
+    that covers the deadline. R25 (a renewing worker): ``min(now + lease_ttl, deadline_at +
+    lease_slack_s)``, the claim being the lease's first renewal (``run_renew_lease``: never past
+    the deadline + slack). run_claim_batch (PostgreSQL's one-statement pass) computes the same
+    in SQL (``:renews``)."""
+    if spec.renews:
+        return min(now + spec.lease_ttl, deadline_at + spec.lease_slack_s)
+    return max(now + spec.lease_ttl, deadline_at + spec.lease_slack_s)
+
+
 def _claim_parts(
     spec: WorkerSpec, row: Row, *, now: float
 ) -> tuple[dict[str, Any], dict[str, Any], Lease]:
     """The guarded ``queued -> running`` claim of ``row`` at ``now``: its guard, its patch and
-    the lease it would grant (R5)."""
+    the lease it would grant (R5, R25)."""
     # R5. run_claim_batch (PostgreSQL's one-statement pass) computes the same in SQL.
     timeout_s = row.get("timeout_s")
     timeout = min(
         float(timeout_s) if timeout_s else spec.default_timeout_s, MAX_TASK_TIMEOUT_SECONDS
     )
     deadline_at = now + timeout
-    expires_at = max(now + spec.lease_ttl, deadline_at + spec.lease_slack_s)
+    expires_at = lease_expiry(spec, deadline_at, now=now)
     attempt = int(row["lease_attempts"]) + 1
     guard = {
         "leased_by": None,

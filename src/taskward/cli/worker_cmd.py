@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from taskward import StateDB, get_task, list_transitions, open_db
+from taskward.claims import MIN_RENEWABLE_LEASE_TTL_SECONDS
 from taskward.cli.common import CliState, json_option, pass_state, registry_for, run_worker_loop
 from taskward.host.models import Task
 from taskward.lifecycle import TERMINAL
@@ -51,7 +52,14 @@ def _stamp() -> str:
     type=click.FloatRange(min=0.1),
     default=300.0,
     show_default=True,
-    help="Lease length in seconds (a lease always covers the task's deadline).",
+    help="Lease length in seconds. Without --renew a lease always covers the task's deadline; "
+    "with it, a lease is this long and renewed every third of it.",
+)
+@click.option(
+    "--renew",
+    is_flag=True,
+    help="Renew held leases every --lease-ttl / 3 (a --lease-ttl of at least 3 s), so a "
+    "crashed worker's task is back within about --lease-ttl however long it runs.",
 )
 @click.option(
     "--heartbeat-interval",
@@ -108,6 +116,7 @@ def worker(
     targets: tuple[str, ...],
     worker_id: str | None,
     lease_ttl: float,
+    renew: bool,
     heartbeat_interval: float,
     reap_interval: float,
     default_timeout: float,
@@ -124,12 +133,19 @@ def worker(
     """
     from taskward.execution import RetryPolicy
 
+    if renew and lease_ttl < MIN_RENEWABLE_LEASE_TTL_SECONDS:
+        raise click.BadParameter(
+            f"{lease_ttl:g} s is too short to renew: --renew needs at least "
+            f"{MIN_RENEWABLE_LEASE_TTL_SECONDS:g} s (leases are renewed every --lease-ttl / 3)",
+            param_hint="'--lease-ttl'",
+        )
     registry = registry_for(state)
     config = WorkerConfig(
         concurrency=concurrency,
         capabilities=capabilities,
         execution_targets=targets or ("host",),
         lease_ttl=lease_ttl,
+        renew=renew,
         heartbeat_interval_s=heartbeat_interval,
         reap_interval_s=reap_interval,
         default_timeout_s=default_timeout,
@@ -153,6 +169,13 @@ def worker(
         if kind == "start":
             started[f"{task.id}/{task.lease_id}"] = time.monotonic()
             click.echo(f"{_stamp()} start {task.id} attempt {task.attempt}", err=True)
+        elif kind == "lease_lost":
+            ack = data.get("ack")
+            click.echo(
+                f"{_stamp()} lost  {task.id} lease {task.lease_id} "
+                f"({ack.rejection if ack else 'refused'}): stopping it",
+                err=True,
+            )
         else:
             now = time.monotonic()
             elapsed = now - started.pop(f"{task.id}/{task.lease_id}", now)
@@ -172,9 +195,11 @@ def worker(
         async with open_db(state.db_url) as db:
             runtime = WorkerRuntime(db, registry, config, on_event=on_event)
             runtime.install_signal_handlers()
+            renewing = f", leases of {lease_ttl:g} s renewed" if renew else ""
             click.echo(
                 f"worker {runtime.worker_id} on {db.url}: concurrency {concurrency}, kinds "
-                f"{', '.join(registry.kinds())}, targets {', '.join(config.execution_targets)}",
+                f"{', '.join(registry.kinds())}, targets {', '.join(config.execution_targets)}"
+                f"{renewing}",
                 err=True,
             )
             began = time.monotonic()
@@ -184,7 +209,9 @@ def worker(
                 f"worker {runtime.worker_id} stopped ({stats.stop_reason or 'done'}) after "
                 f"{time.monotonic() - began:.1f}s: claimed {stats.claimed}, completed "
                 f"{stats.completed}, failed {stats.failed}, acknowledgements rejected "
-                f"{stats.ack_rejected}, errors {len(stats.errors)}",
+                f"{stats.ack_rejected}, "
+                + (f"leases renewed {stats.renewed}, lost {stats.leases_lost}, " if renew else "")
+                + f"errors {len(stats.errors)}",
                 err=True,
             )
             return code

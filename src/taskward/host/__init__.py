@@ -6,6 +6,7 @@ from taskward.host.manifest import resolve_manifest
 from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
 from taskward.host.ports import (
     FinishesInOneStep,
+    RenewsLeases,
     SummaryNotWritten,
     SummaryStore,
     TaskRunFailure,
@@ -20,6 +21,7 @@ __all__ = [
     "FinishesInOneStep",
     "LocalSummaryStore",
     "LocalTaskSource",
+    "RenewsLeases",
     "ResidentEngineHost",
     "SessionSummary",
     "SummaryConflict",

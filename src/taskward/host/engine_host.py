@@ -12,7 +12,10 @@ Rules enforced here:
 - a host shutdown (``serve`` cancelled) stops claiming and cancels the jobs still running their
   task, never one acknowledging it (``HostJobs._settling``); each reports a retryable failure;
 - ``should_stop_claiming`` stops new claims without cancelling active tasks; ``drain()``
-  returns once every active job's acknowledgement path has settled (D3, D5).
+  returns once every active job's acknowledgement path has settled (D3, D5);
+- with a source that renews leases (``RenewsLeases``, protocol version two, R25), every held
+  lease is renewed every ``renew_every_s`` while ``serve`` runs, drain included; a renewal that
+  loses means another may run the task: its run is stopped (``_lease_lost``).
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ from taskward.host.job import (
     manifest_ref_for,
     session_key_for,
 )
-from taskward.host.models import Task
-from taskward.host.ports import SummaryStore, TaskSource
+from taskward.host.models import Task, TaskAck
+from taskward.host.ports import RenewsLeases, SummaryStore, TaskSource
 from taskward.loops import raise_if_cancelling
 from taskward.store.retry import STORE_BACKOFF, Streak
 
@@ -44,6 +47,10 @@ log = logging.getLogger("taskward.host")  # the host's logger, shared with ``job
 
 DEFAULT_IDLE_WAIT_S = 0.5
 SHUTDOWN_GRACE_S = 10.0
+# How long a run whose lease was lost (R25) may take to stop on its own (a source may stop it
+# cooperatively: LocalTaskSource cancels its token) before the host cancels its job: longer than
+# the process adapter's SIGTERM -> SIGKILL grace (5 s), as the watchdog's grace is.
+LEASE_LOST_GRACE_S = 7.0
 
 
 def _resolve(wake: asyncio.Future[Any], _: object = None) -> None:
@@ -75,11 +82,15 @@ class ResidentEngineHost(HostJobs):
         idle_wait_s: float = DEFAULT_IDLE_WAIT_S,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         on_event: Callable[[str, Task, dict[str, Any]], None] | None = None,
+        renew_every_s: float | None = None,
+        lease_lost_grace_s: float = LEASE_LOST_GRACE_S,
     ) -> None:
         if isinstance(max_concurrent_tasks, bool) or not isinstance(max_concurrent_tasks, int):
             raise TypeError("max_concurrent_tasks must be an int")
         if max_concurrent_tasks < 1:
             raise ValueError("max_concurrent_tasks must be at least 1")
+        if renew_every_s is not None and not renew_every_s > 0:
+            raise ValueError(f"renew_every_s must be above 0, not {renew_every_s!r}")
         self.source = source
         self.summaries = summaries
         self.max_concurrent_tasks = max_concurrent_tasks
@@ -90,6 +101,9 @@ class ResidentEngineHost(HostJobs):
         self.idle_wait_s = idle_wait_s
         self.clock = clock
         self.on_event = on_event
+        # R25: None takes the source's own interval (``RenewsLeases``), if it has one.
+        self.renew_every_s = renew_every_s
+        self.lease_lost_grace_s = lease_lost_grace_s
         super().__init__()  # the jobs' own state: ``stats``, the settling jobs, the cwd cache
         self._active: dict[asyncio.Task[None], Task] = {}
         self._serving: asyncio.Task[Any] | None = None  # the task running ``serve``
@@ -132,8 +146,18 @@ class ResidentEngineHost(HostJobs):
 
     async def serve(self) -> None:
         """Claim and run tasks until claiming stops, then drain; cancelling this coroutine stops
-        claiming and cooperatively cancels active jobs, which report a retryable failure."""
+        claiming and cooperatively cancels active jobs, which report a retryable failure. Held
+        leases are renewed meanwhile when the source renews them (R25)."""
         self._serving = asyncio.current_task()
+        renewing = self._start_renewing()
+        try:
+            await self._serve()
+        finally:
+            if renewing is not None:
+                renewing.cancel()
+                await asyncio.wait({renewing})
+
+    async def _serve(self) -> None:
         try:
             while not self._stopping:
                 raise_if_cancelling()
@@ -165,6 +189,86 @@ class ResidentEngineHost(HostJobs):
             if jobs:
                 await asyncio.wait(jobs, timeout=SHUTDOWN_GRACE_S)
             raise
+
+    # -- renewal (protocol version two, R25) ------------------------------------------------
+
+    def _renewal_interval(self) -> float | None:
+        if not isinstance(self.source, RenewsLeases):
+            return None
+        if self.renew_every_s is not None:
+            return self.renew_every_s
+        every = getattr(self.source, "renew_every_s", None)
+        return float(every) if isinstance(every, int | float) and every > 0 else None
+
+    def _start_renewing(self) -> asyncio.Task[None] | None:
+        every = self._renewal_interval()
+        if every is None:
+            return None
+        return asyncio.create_task(self._renew_every(every))
+
+    async def _renew_every(self, every_s: float) -> None:
+        """``renew_leases`` every ``every_s`` until cancelled (``serve``'s end). The passes
+        keep their cadence: a slow pass (a slow store) shortens the wait after it, never
+        lengthens the gap between renewals."""
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        while True:
+            due = max(due + every_s, loop.time())
+            await asyncio.sleep(due - loop.time())
+            try:
+                await self.renew_leases()
+            except Exception as exc:  # never ends the loop: the next pass tries again
+                self._keep_error(f"lease renewal pass failed: {exc!r}")
+
+    async def renew_leases(self) -> int:
+        """One renewal pass (R25): the lease of every task a job holds, renewed at once.
+        Returns the leases renewed.
+
+        A renewal that fails (the store is away) is kept as an error and tried at the next
+        pass: renewals come a fraction of a lease apart. One answered ``stale_lease`` or
+        ``missing_holder`` means the lease is no longer this host's (it lapsed and was reaped or
+        reclaimed): its run is stopped (``_lease_lost``), its acknowledgement will be refused.
+        An answer about a task its job no longer holds (it was acknowledged meanwhile) counts
+        for nothing.
+        """
+        source = self.source
+        if not isinstance(source, RenewsLeases):
+            return 0
+        held = [(job, task) for job, task in self._active.items() if not job.done()]
+        if not held:
+            return 0
+        answers = await asyncio.gather(
+            *(source.renew(task.id, task.lease_id) for _, task in held), return_exceptions=True
+        )
+        renewed = 0
+        for (job, task), answer in zip(held, answers, strict=True):
+            if isinstance(answer, BaseException):
+                self._keep_error(f"task {task.id}: lease renewal failed: {answer!r}")
+            elif answer.applied:
+                renewed += 1
+            elif self._active.get(job) is task and not job.done():
+                self._lease_lost(job, task, answer)
+        self.stats.renewed += renewed
+        return renewed
+
+    def _lease_lost(self, job: asyncio.Task[None], task: Task, ack: TaskAck) -> None:
+        """A renewal found ``task``'s lease lost: whatever its run does now is refused (R4).
+        The run gets ``lease_lost_grace_s`` to stop on its own (a source may stop it
+        cooperatively); then the host cancels its job if the run is still under way (never a
+        job that is summarizing or acknowledging: the row judges that acknowledgement)."""
+        self.stats.leases_lost += 1
+        log.warning(
+            "task %s: lease %s lost (%s): stopping it", task.id, task.lease_id, ack.rejection
+        )
+        self._emit("lease_lost", task, ack=ack)
+        self._lost_runs[job] = task
+        asyncio.get_running_loop().call_later(
+            self.lease_lost_grace_s, self._stop_lost_run, job, task
+        )
+
+    def _stop_lost_run(self, job: asyncio.Task[None], task: Task) -> None:
+        if self._runs.get(job) is task and not job.done():
+            job.cancel()
 
     # -- claiming --------------------------------------------------------------------------
 
@@ -261,6 +365,7 @@ class ResidentEngineHost(HostJobs):
 
     def _job_done(self, job: asyncio.Task[None]) -> None:
         self._active.pop(job, None)
+        self._lost_runs.pop(job, None)
         if self._waiting_for_slot:
             self._wake_serve()
         if not job.cancelled() and job.exception() is not None:
@@ -290,6 +395,7 @@ __all__ = [
     "CWD_CHECK_CACHE",
     "CWD_CHECK_TTL_S",
     "DEFAULT_IDLE_WAIT_S",
+    "LEASE_LOST_GRACE_S",
     "SHUTDOWN_GRACE_S",
     "HostStats",
     "ResidentEngineHost",

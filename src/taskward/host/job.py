@@ -18,7 +18,9 @@ while the store is away), and never a completion without its summary (D4). On ev
 - a store that is away (``StoreUnavailable``) fails no task: a summary or acknowledgement is
   retried until the store answers (it is idempotent: the acknowledgement is judged by the
   lease, R4);
-- an acknowledgement under way is never cut in half by a shutdown (``_settling``).
+- an acknowledgement under way is never cut in half by a shutdown (``_settling``);
+- a run whose lease was lost (a renewal answered ``stale_lease``, R25) is stopped: the host
+  cancels it if it is still running after a grace (``_runs``), and its report says so.
 """
 
 from __future__ import annotations
@@ -73,13 +75,15 @@ def manifest_ref_for(task: Task) -> str:
 
 @dataclass
 class HostStats:
-    """The host's counts: leases taken, acknowledgements applied or rejected, the last 100
-    errors kept (``_keep_error``) and why claiming stopped."""
+    """The host's counts: leases taken, acknowledgements applied or rejected, renewals applied
+    and refused, the last 100 errors kept (``_keep_error``) and why claiming stopped."""
 
     claimed: int = 0
     completed: int = 0
     failed: int = 0
     ack_rejected: int = 0
+    renewed: int = 0  # leases renewed (R25)
+    leases_lost: int = 0  # renewals refused: the lease was another's, its run stopped
     errors: list[str] = field(default_factory=list)
     stop_reason: str | None = None
 
@@ -103,6 +107,10 @@ class HostJobs(abc.ABC):
         self.stats = HostStats()
         # Jobs acknowledging their task (``_settling``): a shutdown never cancels them
         self._settling_jobs: set[asyncio.Task[Any]] = set()
+        # Jobs running their task's ``run_task`` right now, and the task (``_run_one``)
+        self._runs: dict[asyncio.Task[Any], Task] = {}
+        # Jobs whose task's lease a renewal found lost (R25), and that task
+        self._lost_runs: dict[asyncio.Task[Any], Task] = {}
         self._one_step_judged: tuple[TaskSource, SummaryStore, bool] | None = None
         # cwd -> monotonic time until which it is known to be a directory (``_cwd_exists``)
         self._cwd_seen: dict[Path, float] = {}
@@ -197,7 +205,7 @@ class HostJobs(abc.ABC):
         watchdog = asyncio.timeout(budget)
         try:
             async with watchdog:
-                output = await self.run_task(task, session)
+                output = await self._run(task, session)
         except TimeoutError as exc:
             # Only the watchdog's own expiry is a deadline; a TimeoutError the flow raised
             # before the deadline is a flow failure (D4 classification, D5 watchdog).
@@ -221,6 +229,18 @@ class HostJobs(abc.ABC):
             await self._report_flow_failed(task, key, f"{type(exc).__name__}: {exc}")
             return None
         return await self._complete(task, key, session, output, started, started_mono)
+
+    async def _run(self, task: Task, session: Any) -> dict[str, Any]:
+        """``run_task``, the job known to be running it meanwhile (``_runs``): only then may a
+        lost lease stop it (``ResidentEngineHost._stop_lost_run``), never while it reports."""
+        job = asyncio.current_task()
+        if job is None:
+            return await self.run_task(task, session)
+        self._runs[job] = task
+        try:
+            return await self.run_task(task, session)
+        finally:
+            del self._runs[job]
 
     # -- summary, then completion (D4) -----------------------------------------------------
 
@@ -363,8 +383,13 @@ class HostJobs(abc.ABC):
 
     async def _report_shutdown(self, task: Task, key: str) -> None:
         """R10: a host shutdown is a retryable failure, never a cancelled task; the report is
-        shielded, so the cancellation that stops the job does not stop its report."""
-        failure = TaskFailure(code="cancelled", retryable=True, detail="host shutdown")
+        shielded, so the cancellation that stops the job does not stop its report. A run the
+        host stopped because its lease was lost (R25) is reported the same way, saying so:
+        the source refuses it (the lease is another's) and keeps it only as evidence."""
+        job = asyncio.current_task()
+        lost = job is not None and self._lost_runs.get(job) is task
+        detail = "lease lost: the run was stopped" if lost else "host shutdown"
+        failure = TaskFailure(code="cancelled", retryable=True, detail=detail)
         await asyncio.shield(self._report_failure(task, key, failure))
 
     async def _report_flow_failed(self, task: Task, key: str, detail: str) -> None:

@@ -23,6 +23,34 @@ class TaskSource(Protocol):
     # work may have arrived since the last claim or after ``wait_s``; the host then claims
     # again. Without it an idle host polls every ``idle_wait_s``. A plain future (not a task or
     # a coroutine) is awaited as it is, the quickest wake-up (``ResidentEngineHost._idle``).
+    #
+    # Optional, protocol version two (R25): ``renew(task_id, lease_id) -> TaskAck``, the
+    # ``RenewsLeases`` port below. A source without it still conforms (version one: its leases
+    # cover their deadlines).
+
+
+@runtime_checkable
+class RenewsLeases(Protocol):
+    """Optional, ADR-0037 protocol version two (DESIGN.md R25): a source whose leases the host
+    renews while it holds them, so a short lease recovers a crashed host's task within about a
+    lease's length while the task itself may run for hours.
+
+    ``renew`` is a compare-and-swap on the lease id, like ``complete`` and ``fail`` (D2): the
+    held lease answers ``TaskAck(applied=True)`` and is extended (never past the task's deadline
+    plus the source's slack); a lease that is no longer the task's (it lapsed and was reclaimed,
+    the task ended) answers ``stale_lease`` and changes nothing, an unknown or never-leased task
+    ``missing_holder``. A renewal that loses means the run must stop: the host cancels it, and
+    its acknowledgement is refused like any stale one. A renewal changes no state the queue
+    records (no transition). Renewing a lease that already covers its deadline (version one's)
+    is accepted and leaves it as it is.
+
+    Optional, looked up by name: ``renew_every_s``, how often the host should renew this
+    source's leases (a fraction of their length, so one late or lost renewal is survived), None
+    when they need none; a host given no interval of its own takes it (``LocalTaskSource``:
+    ``lease_ttl / 3`` for a renewing worker). A host with neither renews nothing.
+    """
+
+    async def renew(self, task_id: str, lease_id: str) -> TaskAck: ...
 
 
 @runtime_checkable

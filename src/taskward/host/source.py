@@ -4,7 +4,8 @@
 functions use (``claims.claim_runs``), and acknowledgements are guarded terminal transitions
 judged by database state (R4). The adapter's ``TaskExecutionResult`` reaches the terminal
 transition through a side channel of this source (``record_result``), never through extra model
-fields (R10).
+fields (R10). With a renewing ``WorkerSpec`` it speaks protocol version two (R25): ``renew``
+extends a held lease, and a renewal that loses cancels the run's token.
 """
 
 from __future__ import annotations
@@ -14,17 +15,19 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 from taskward.canonical import canonical_json
-from taskward.claims import Claimed, Lease, WorkerSpec, claim_rows
+from taskward.claims import Claimed, Lease, WorkerSpec, claim_rows, renew_lease
 from taskward.errors import StoreError, StoreUnavailable, TransitionIdempotencyConflict
 from taskward.execution import Outcome, RetryPolicy, finish_build, finish_run
 from taskward.groupcommit import GroupCommit
 from taskward.host.acks import (
+    APPLIED,
     MISSING_HOLDER,
     STALE,
     ClaimedRun,
@@ -133,10 +136,23 @@ class LocalTaskSource:
             objective=objective,
             cwd=Path(cwd) if isinstance(cwd, str) and cwd else self.cwd,
             lease_id=lease.lease_id,
-            lease_expires_at=_utc(lease.lease_expires_at),
+            lease_expires_at=_utc(self._held_until(lease)),
             attempt=lease.attempt,
             deadline=_utc(lease.deadline_at),
         )
+
+    def _held_until(self, lease: Lease) -> float:
+        """The end of the lease the host holds, as ``Task.lease_expires_at`` says it.
+
+        Version one: the row's expiry, which covers the deadline (R5, D1). A renewing worker
+        (R25): the end its renewals hold the lease to, the deadline + slack -- the row's own
+        expiry stays at most ``lease_ttl`` ahead, so that a crashed host's task comes back
+        soon, and the ADR-0037 model (kept as recorded, R10) requires a lease that covers the
+        deadline. The host keeps that promise true by renewing (``renew``); a renewal that
+        loses stops the run."""
+        if not self.spec.renews:
+            return lease.lease_expires_at
+        return max(lease.lease_expires_at, lease.deadline_at + self.spec.lease_slack_s)
 
     async def claim_many(self, limit: int) -> list[Task]:
         """Claim at most ``limit`` tasks (the host passes its free slots: no prefetch)."""
@@ -194,6 +210,55 @@ class LocalTaskSource:
         or after ``wait_s`` (False). A future, not a coroutine: the host awaits it directly
         (``ResidentEngineHost._idle``), so a wake-up reaches the next claim a turn sooner."""
         return self._signal.changed(self._seen, wait_s)
+
+    # -- renewal (protocol version two, R25; host.ports.RenewsLeases) ---------------------
+
+    @property
+    def renew_every_s(self) -> float | None:
+        """How often the host should renew this source's leases: ``lease_ttl / 3`` for a
+        renewing worker, None otherwise (its leases cover their deadlines)."""
+        return self.spec.renew_every_s
+
+    async def renew(self, task_id: str, lease_id: str) -> TaskAck:
+        """Extend the lease ``lease_id`` of ``task_id`` by compare-and-swap on the lease id
+        (``claims.renew_lease``: ``lease_ttl`` from the store's now, never past the deadline +
+        slack), sharing commits with this source's other writes.
+
+        A renewal that loses -- the row is no longer ``running`` under that lease: it lapsed and
+        was reaped or reclaimed, or the task ended -- changes nothing and answers
+        ``stale_lease``; when the lease is one this source holds, the run is cancelled
+        cooperatively (its token), and its acknowledgement will be refused and kept as a
+        ``stale_result`` event, never a fact (ADR-0072 D4). An unknown or never-leased task is
+        ``missing_holder``.
+        """
+        parsed = parse_lease_id(lease_id)
+        if parsed is not None:
+            holder, attempt = parsed
+            expires_at = await renew_lease(
+                self.db,
+                task_id,
+                holder,
+                attempt,
+                lease_ttl=self.spec.lease_ttl,
+                lease_slack_s=self.spec.lease_slack_s,
+                group=self._group,
+            )
+            if expires_at is not None:
+                claim = self._claims.get(task_id)
+                if claim is not None and claim.lease.lease_id == lease_id:
+                    claim.lease = replace(claim.lease, lease_expires_at=expires_at)
+                return APPLIED
+        row = await self.db.fetchone("run_get", {"id": task_id})
+        if row is None or (row["lease_attempts"] == 0 and row["leased_by"] is None):
+            return MISSING_HOLDER
+        claim = self._claims.get(task_id)
+        if claim is not None and claim.lease.lease_id == lease_id:
+            state = row["status"]
+            if state == "running" and row["leased_by"] is not None:
+                state = f"running under {row['leased_by']}/{row['lease_attempts']}"
+            log.warning("task %s: lease %s lost (%s): cancelling its run", task_id, lease_id, state)
+            claim.token.cancel(f"lease {lease_id} lost: the task is {state}")
+        return STALE
 
     # -- acknowledgements ------------------------------------------------------------------
 

@@ -72,7 +72,7 @@ def finish_template(
         actor=actor,
         idempotency_key=key_head + ATTEMPT_MARK,
     )
-    guard = {"leased_by": "", "lease_expires_at": 0.0, "lease_attempts": 0}
+    guard = {"leased_by": "", "lease_attempts": 0}
     check_static(request, guard, dict.fromkeys(FINISH_PATCH))
     text = request_text(request)
     evidence = plain_canonical_json(request.reason.evidence_refs)
@@ -121,22 +121,20 @@ def _finish_params(
     outcome = (first.to_state, first.reason_code, first.summary)
     ids: list[str] = []
     attempts: list[int] = []
-    expiries: list[float] = []
     exit_codes: list[int | None] = []
     evidence: list[str] = []
     for terminal, item in zip(terminals, resolved, strict=True):
         guard, patch = terminal.guard, item.patch
-        attempt, expiry = guard.get("lease_attempts"), guard.get("lease_expires_at")
+        attempt = guard.get("lease_attempts")
         exit_code = patch.get("exit_code")
         refs = plain_canonical_json(terminal.evidence_refs)
         if (
             (item.to_state, item.reason_code, item.summary) != outcome
             or item.metadata != first.metadata
             or terminal.actor != first_terminal.actor
-            or tuple(guard) != ("leased_by", "lease_expires_at", "lease_attempts")
+            or tuple(guard) != ("leased_by", "lease_attempts")  # claims.Lease.guard (R4, R25)
             or guard["leased_by"] != leased_by
             or type(attempt) is not int
-            or type(expiry) is not float
             or terminal.key != f"{key_head}{attempt}"
             or tuple(patch) != FINISH_PATCH
             or patch["ended_at"] != now
@@ -148,7 +146,6 @@ def _finish_params(
             return None
         ids.append(terminal.entity_id)
         attempts.append(attempt)
-        expiries.append(expiry)
         exit_codes.append(exit_code)
         evidence.append(refs)
     if len(set(ids)) != len(ids):
@@ -159,7 +156,6 @@ def _finish_params(
         "worker_id": leased_by,
         "ids": ids,
         "attempts": attempts,
-        "expiries": expiries,
         "exit_codes": exit_codes,
         "evidence": evidence,
     }

@@ -1,4 +1,6 @@
-"""The ADR-0037 D6 conformance suite: ten cases any TaskSource / SummaryStore pair can run.
+"""The ADR-0037 D6 conformance suite: ten cases any TaskSource / SummaryStore pair can run, and
+``OPTIONAL_CASES`` for the optional ports (lease renewal, ``RenewsLeases``: protocol version
+two, DESIGN.md R25), which an implementation runs when it has them.
 
 An implementation provides a :class:`ConformanceHarness` (enqueue work, make claimers, let a
 lease lapse, set the attempt ceiling, observe queue and summary state); each case drives the
@@ -14,7 +16,8 @@ Usage from a test suite::
     async def test_my_ports_conform(case, my_harness):
         await case.run(my_harness)
 
-or ``await run_conformance(my_harness_factory)`` for all ten at once.
+or ``await run_conformance(my_harness_factory)`` for all ten at once (``cases=OPTIONAL_CASES``
+for the optional ones: the harness must then implement ``make_renewing_source``).
 """
 
 from __future__ import annotations
@@ -47,11 +50,15 @@ from taskward.host.conformance.harness import (
     ConformanceSession,
     PortCall,
     QueueState,
+    RecordingRenewingSource,
     RecordingSummaryStore,
     RecordingTaskSource,
     SummaryOutage,
     SummaryState,
     wait_until,
+)
+from taskward.host.conformance.renewing import (
+    lease_renewal_extends_the_held_lease_and_a_lost_lease_stops_its_run,
 )
 
 __all__ = [
@@ -62,8 +69,10 @@ __all__ = [
     "ConformanceFailure",
     "ConformanceHarness",
     "ConformanceSession",
+    "OPTIONAL_CASES",
     "PortCall",
     "QueueState",
+    "RecordingRenewingSource",
     "RecordingSummaryStore",
     "RecordingTaskSource",
     "SummaryOutage",
@@ -78,7 +87,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ConformanceCase:
-    """One required case of ADR-0037 D6."""
+    """One case: a required case of ADR-0037 D6, or an optional port's."""
 
     name: str
     run: Callable[[ConformanceHarness], Awaitable[None]]
@@ -101,6 +110,14 @@ CONFORMANCE_CASES: Final[tuple[ConformanceCase, ...]] = tuple(
         attempt_ceiling_dead_letters_poison_work,
         stop_claiming_drains_without_cancelling,
     )
+)
+
+
+# The cases of the optional ports, one per port: an implementation without the port still
+# conforms (the ten above), one with it runs its case too.
+OPTIONAL_CASES: Final[tuple[ConformanceCase, ...]] = tuple(
+    ConformanceCase(fn.__name__, fn)
+    for fn in (lease_renewal_extends_the_held_lease_and_a_lost_lease_stops_its_run,)
 )
 
 

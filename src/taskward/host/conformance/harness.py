@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from taskward.host.engine_host import ResidentEngineHost, session_key_for
+from taskward.host.engine_host import LEASE_LOST_GRACE_S, ResidentEngineHost, session_key_for
 from taskward.host.models import SessionSummary, Task, TaskAck, TaskFailure, TaskResult
-from taskward.host.ports import SummaryStore, TaskSource
+from taskward.host.ports import RenewsLeases, SummaryStore, TaskSource
 
 QueueState = Literal["queued", "leased", "completed", "terminal_failed", "dead_letter", "cancelled"]
 SummaryState = Literal["complete", "pending"]
@@ -70,6 +70,14 @@ class ConformanceHarness(ABC):
     @abstractmethod
     async def make_source(self) -> TaskSource:
         """A new claimer of the same queue (another host); several may exist at once."""
+
+    async def make_renewing_source(self) -> TaskSource:
+        """Optional (protocol version two, R25): a new claimer whose leases are renewed
+        (``RenewsLeases``), for ``OPTIONAL_CASES``. The default says the implementation has
+        none; the ten required cases never ask for one."""
+        raise NotImplementedError(
+            f"{type(self).__name__} makes no renewing source: lease renewal is optional"
+        )
 
     @abstractmethod
     async def expire_lease(self, task_id: str) -> None:
@@ -192,6 +200,33 @@ class RecordingTaskSource:
         return ack
 
 
+class RecordingRenewingSource(RecordingTaskSource):
+    """A ``RecordingTaskSource`` over a source that renews leases (``RenewsLeases``), its
+    renewals recorded too (as ``renew`` calls)."""
+
+    def __init__(
+        self,
+        inner: TaskSource,
+        log: CallLog,
+        *,
+        transform: Callable[[Task], Task] | None = None,
+    ) -> None:
+        if not isinstance(inner, RenewsLeases):
+            raise TypeError(f"{type(inner).__name__} has no renew(task_id, lease_id)")
+        super().__init__(inner, log, transform=transform)
+        self._renews: RenewsLeases = inner
+
+    async def renew(self, task_id: str, lease_id: str) -> TaskAck:
+        call = self.log.start("source", "renew", task_id, None, lease_id)
+        try:
+            ack = await self._renews.renew(task_id, lease_id)
+        except Exception as exc:
+            self.log.end(call, error=exc)
+            raise
+        self.log.end(call, ack)
+        return ack
+
+
 class RecordingSummaryStore:
     """A SummaryStore that records every call; ``fail_writes`` simulates a storage outage."""
 
@@ -270,6 +305,8 @@ def _host(
     session_factory: Callable[[], Any] = ConformanceSession,
     summarize: Callable[[Task, Any, dict[str, Any]], Awaitable[str | None]] | None = None,
     should_stop_claiming: Callable[[], bool] | None = None,
+    renew_every_s: float | None = None,
+    lease_lost_grace_s: float = LEASE_LOST_GRACE_S,
 ) -> ResidentEngineHost:
     return ResidentEngineHost(
         source=source,
@@ -280,6 +317,8 @@ def _host(
         summarize=summarize,
         should_stop_claiming=should_stop_claiming,
         idle_wait_s=HOST_IDLE_WAIT_S,
+        renew_every_s=renew_every_s,
+        lease_lost_grace_s=lease_lost_grace_s,
     )
 
 

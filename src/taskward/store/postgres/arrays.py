@@ -37,7 +37,6 @@ def _columns(name: str, rows: Sequence[Params], now: float | None) -> dict[str, 
 _FINISH_ARRAYS: Final = (
     ("ids", "text"),
     ("attempts", "integer"),
-    ("expiries", "float8"),
     ("exit_codes", "integer"),
     ("evidence", "text"),
     ("fact_ids", "text"),

@@ -146,6 +146,21 @@ SET cancel_requested_at = COALESCE(cancel_requested_at, :now),
     updated_at = :now
 WHERE id = :id AND status = 'running';
 
+-- name: run_renew_lease
+-- Renew a running row's lease (R25, ADR-0037 protocol version two): a compare-and-swap on the
+-- lease id (owner and attempt, R4) that changes no status, so it is no transition and writes
+-- no fact or event (claims.renewal). The expiry becomes now + :lease_ttl, never past the
+-- deadline + :lease_slack_s and never earlier than it was (a renewal only extends). A renewal
+-- after nominal expiry still applies while no reaper or claimant changed the row (R4).
+-- Returns the new expiry; no row when the lease is not the row's (reaped, reclaimed, ended).
+UPDATE schedule_runs
+SET lease_expires_at = GREATEST(lease_expires_at,
+                                LEAST(:now::float8 + :lease_ttl::float8,
+                                      deadline_at + :lease_slack_s::float8))
+WHERE id = :id AND status = 'running' AND leased_by = :leased_by::text
+  AND lease_attempts = :lease_attempts::integer
+RETURNING lease_expires_at;
+
 -- name: event_get_cancel_request
 -- The recorded answer of a cooperative cancel request, returned exactly on replay (ADR-0072 D5).
 SELECT id, payload FROM task_events
@@ -215,8 +230,9 @@ SELECT * FROM taskward_claim_lock_page(
 --   every queued row instead), guarded as claims._claim_parts guards it (queued, no
 --   owner, the attempt count the page read, no cancellation request), with its lease (R5:
 --   deadline = now + timeout_s (0 or absent: :default_timeout_s; at most :max_timeout_s,
---   claims.MAX_TASK_TIMEOUT_SECONDS); expiry = the later of
---   now + :lease_ttl and deadline + :lease_slack_s) and its status projection;
+--   claims.MAX_TASK_TIMEOUT_SECONDS); expiry = the later of now + :lease_ttl and
+--   deadline + :lease_slack_s, or for a worker that :renews its leases (R25) the earlier,
+--   claims.lease_expiry) and its status projection;
 -- fact / event: the transition's fact (its request hash the canonical request text spliced
 --   around the row's id and attempt) and event, exactly transitions.rows.audit_rows'. A taken transition
 --   key fails the statement (the unique index refuses the fact; the store raises
@@ -258,8 +274,9 @@ WITH ctx AS MATERIALIZED (
     status_reason_summary = :summary_head::text || v.attempt || :summary_tail::text,
     status_evidence_refs = :evidence_refs::jsonb,
     leased_by = :worker_id::text,
-    lease_expires_at = GREATEST(:now::float8 + :lease_ttl::float8,
-                                v.deadline + :lease_slack_s::float8),
+    lease_expires_at = CASE WHEN :renews::boolean
+      THEN LEAST(:now::float8 + :lease_ttl::float8, v.deadline + :lease_slack_s::float8)
+      ELSE GREATEST(:now::float8 + :lease_ttl::float8, v.deadline + :lease_slack_s::float8) END,
     lease_attempts = v.attempt, deadline_at = v.deadline, retry_at = NULL
   FROM picked v
   WHERE schedule_runs.id = v.g_id AND schedule_runs.status = v.g_status
@@ -299,10 +316,11 @@ LEFT JOIN u ON true;
 -- A group commit's terminal transitions out of running under their leases, in one statement
 -- (transitions.finish for execution.TerminalBuild items that share one outcome and a
 -- finish_template), what is one value for the whole group as one value. Each row keeps its own
--- compare-and-swap (its id, running, the lease's owner, expiry and attempt), its own fact, event
--- and notification, exactly the rows transitions.rows.audit_rows builds (a test compares them;
--- the notification's delivery bounds are its :outbox_max_attempts and :outbox_ttl_s):
--- v: each row's id, attempt, lease expiry, exit code, evidence (its canonical JSON, and as
+-- compare-and-swap (its id, running, the lease's owner and attempt: the lease id, R4, R25),
+-- its own fact, event and notification, exactly the rows transitions.rows.audit_rows builds (a
+-- test compares them; the notification's delivery bounds are its :outbox_max_attempts and
+-- :outbox_ttl_s):
+-- v: each row's id, attempt, exit code, evidence (its canonical JSON, and as
 --   jsonb once), new ids, and the status it compares (a column, so that the planner matches by primary key, never
 --   by a partial index over every running row);
 -- fact: the request hash is the canonical request text cut around the row's id, attempt and
@@ -312,9 +330,9 @@ LEFT JOIN u ON true;
 --   insert succeeded: a plain insert too.
 WITH v AS MATERIALIZED (
   SELECT r.*, r.evidence::jsonb AS refs, :from_state::text AS g_status
-  FROM unnest(:ids::text[], :attempts::integer[], :expiries::float8[], :exit_codes::integer[],
-              :evidence::text[], :fact_ids::text[], :event_ids::text[], :outbox_ids::text[])
-    AS r(g_id, g_attempt, g_expiry, exit_code, evidence, fact_id, event_id, outbox_id)
+  FROM unnest(:ids::text[], :attempts::integer[], :exit_codes::integer[], :evidence::text[],
+              :fact_ids::text[], :event_ids::text[], :outbox_ids::text[])
+    AS r(g_id, g_attempt, exit_code, evidence, fact_id, event_id, outbox_id)
 ), u AS (
   UPDATE schedule_runs SET
     status = :to_state::text, updated_at = :now::float8,
@@ -324,7 +342,6 @@ WITH v AS MATERIALIZED (
   FROM v
   WHERE schedule_runs.id = v.g_id AND schedule_runs.status = v.g_status
     AND schedule_runs.leased_by = :worker_id::text
-    AND schedule_runs.lease_expires_at = v.g_expiry
     AND schedule_runs.lease_attempts = v.g_attempt
   RETURNING schedule_runs.id, schedule_runs.leased_by, schedule_runs.lease_attempts,
             v.g_attempt, v.evidence, v.refs, v.fact_id, v.event_id, v.outbox_id

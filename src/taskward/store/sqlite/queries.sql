@@ -138,6 +138,21 @@ SET cancel_requested_at = COALESCE(cancel_requested_at, :now),
     updated_at = :now
 WHERE id = :id AND status = 'running';
 
+-- name: run_renew_lease
+-- Renew a running row's lease (R25, ADR-0037 protocol version two): a compare-and-swap on the
+-- lease id (owner and attempt, R4) that changes no status, so it is no transition and writes
+-- no fact or event (claims.renewal). The expiry becomes now + :lease_ttl, never past the
+-- deadline + :lease_slack_s and never earlier than it was (a renewal only extends). A renewal
+-- after nominal expiry still applies while no reaper or claimant changed the row (R4).
+-- Returns the new expiry; no row when the lease is not the row's (reaped, reclaimed, ended).
+UPDATE schedule_runs
+SET lease_expires_at = MAX(lease_expires_at,
+                           MIN(:now + :lease_ttl,
+                               COALESCE(deadline_at + :lease_slack_s, :now + :lease_ttl)))
+WHERE id = :id AND status = 'running' AND leased_by = :leased_by
+  AND lease_attempts = :lease_attempts
+RETURNING lease_expires_at;
+
 -- name: event_get_cancel_request
 -- The recorded answer of a cooperative cancel request, returned exactly on replay (ADR-0072 D5).
 SELECT id, payload FROM task_events
