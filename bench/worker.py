@@ -85,10 +85,10 @@ GOAL_FLOOR_RATIO = 0.4
 GOAL_PICKUP_P50_MS = {"sqlite": 100.0, "postgres": 20.0}
 BACKENDS = ("sqlite", "postgres")
 
-# The floor's defaults mirror the worker's: lease 300 s, deadline 240 s, attempt ceiling 3.
+# The floor's defaults mirror the worker's: lease 300 s, deadline 240 s (the attempt ceiling is
+# the row's own, its column's default 3 as admission stores it: R18).
 LEASE_TTL_S = 300.0
 TIMEOUT_S = 240.0
-MAX_ATTEMPTS = 3
 FLOOR_WORKER = "host:bench0floor"
 
 
@@ -109,13 +109,14 @@ class FloorSQL:
 def floor_sql(backend: str) -> FloorSQL:
     """The statements of the floor, the same writes taskward makes, per dialect.
 
-    The claim walks the claim index (``idx_schedule_runs_claim``, queued rows by ``(queued_at,
-    id)``) in order: SQLite is told so with ``INDEXED BY``; on PostgreSQL the floor's session
+    The claim walks the claim index (``idx_schedule_runs_claim_rank``, queued rows by
+    ``(claim_rank, queued_at, id)``, migration 0011) in order, due rows below their own
+    attempt ceiling: SQLite is told so with ``INDEXED BY``; on PostgreSQL the floor's session
     disables bitmap scans and sorts (``_floor_connection``). Without planner statistics both
     planners would otherwise read and sort every queued row for each claim.
     """
     if backend == "sqlite":
-        p, j, scan = "?", "", "schedule_runs INDEXED BY idx_schedule_runs_claim"
+        p, j, scan = "?", "", "schedule_runs INDEXED BY idx_schedule_runs_claim_rank"
         pick = "LIMIT 1"
     else:
         p, j, scan = "%s", "::jsonb", "schedule_runs"
@@ -132,9 +133,9 @@ def floor_sql(backend: str) -> FloorSQL:
             f"status_reason_code = 'claimed', status_reason_summary = {p}, "
             f"status_evidence_refs = '[]', leased_by = {p}, lease_expires_at = {p}, "
             f"lease_attempts = lease_attempts + 1, deadline_at = {p}, retry_at = NULL "
-            f"WHERE id = (SELECT id FROM {scan} WHERE status = 'queued' "
-            f"AND lease_attempts < {p} AND cancel_requested_at IS NULL "
-            f"ORDER BY queued_at, id {pick}) "
+            f"WHERE id = (SELECT id FROM {scan} WHERE status = 'queued' AND queued_at <= {p} "
+            f"AND lease_attempts < max_attempts AND cancel_requested_at IS NULL "
+            f"ORDER BY claim_rank, queued_at, id {pick}) "
             "AND status = 'queued' AND leased_by IS NULL AND cancel_requested_at IS NULL "
             "RETURNING id, lease_attempts"
         ),
@@ -246,7 +247,7 @@ def run_floor(store: Store, count: int, *, per_tx: int = 1) -> float:
         expires, deadline = now + LEASE_TTL_S, now + TIMEOUT_S
         fact_id, event_id = new_id(), new_id()
         row = conn.execute(
-            sql.claim, (now, "attempt 1", FLOOR_WORKER, expires, deadline, MAX_ATTEMPTS)
+            sql.claim, (now, "attempt 1", FLOOR_WORKER, expires, deadline, now)
         ).fetchone()
         if row is None:
             raise RuntimeError("floor: no queued row left to claim")

@@ -59,6 +59,7 @@ def _limit_row(row: Row) -> dict[str, Any]:
         "rate": state.rate,
         "period_s": state.period_s,
         "paused": state.max_running == 0,
+        "resumes_to": row["resume_max_running"],
         "running": state.running,
         "recent": state.recent,
         "free": state.free,
@@ -160,34 +161,29 @@ async def list_limits(
 async def pause_kind(
     db: StateDB, kind: str, *, actor: Actor | None = None, now: float | None = None
 ) -> dict[str, Any]:
-    """Pause ``kind``: ``max_running`` 0 on ``kind:<kind>`` (its rate, if any, is kept). No new
-    claim takes it; running tasks run on."""
+    """Pause ``kind``: ``max_running`` 0 on ``kind:<kind>`` (R20), in one statement that keeps
+    the key's rate and remembers the ``max_running`` it had, which ``resume_kind`` restores. No
+    new claim takes the kind; running tasks run on."""
     key = check_key("kind", kind_key(kind) if isinstance(kind, str) else kind)
-    current = await get_limit(db, key, now=now)
-    return await set_limit(
-        db,
-        key,
-        max_running=0,
-        rate=current["rate"] if current else None,
-        period_s=current["period_s"] if current else None,
-        actor=actor,
-        now=now,
-    )
+    async with db.transaction(now=now) as tx:
+        by = actor.label() if actor is not None else None
+        await tx.execute("limit_pause", {"limit_key": key, "updated_by": by, "now": tx.now})
+        [row] = await tx.fetchall("limit_state", {"keys": json.dumps([key]), "now": tx.now})
+    return _limit_row(row)
 
 
 async def resume_kind(
     db: StateDB, kind: str, *, actor: Actor | None = None, now: float | None = None
 ) -> bool:
-    """Lift a pause of ``kind``: its ``max_running`` goes (a rate stays); the key's limit is
-    removed when nothing else is left. True if the kind was paused."""
+    """Lift a pause of ``kind``: the ``max_running`` it had before the pause comes back (a
+    rate stays); a limit that was only the pause is removed. True if the kind was paused."""
     key = check_key("kind", kind_key(kind) if isinstance(kind, str) else kind)
-    current = await get_limit(db, key, now=now)
-    if current is None or current["max_running"] != 0:
-        return False
-    if current["rate"] is None:
-        await clear_limit(db, key, now=now)
-    else:
-        await set_limit(
-            db, key, rate=current["rate"], period_s=current["period_s"], actor=actor, now=now
+    async with db.transaction(now=now) as tx:
+        by = actor.label() if actor is not None else None
+        removed = await tx.execute("limit_resume_delete", {"limit_key": key})
+        restored = await tx.execute(
+            "limit_resume", {"limit_key": key, "updated_by": by, "now": tx.now}
         )
-    return True
+        if removed or restored:
+            tx.notify("queued")
+    return bool(removed or restored)

@@ -503,3 +503,44 @@ async def test_the_sync_client_admits_the_scheduling_fields_alike(db: StateDB, d
             client.submit_task(app(idempotency_key="sync-1", **{**fields, "priority": 3}))
     row = await taskward.get_task(db, task_id)
     assert {k: row[k] for k in fields} == fields
+
+
+async def test_a_limit_filling_mid_pass_keeps_the_claim_order(db: StateDB) -> None:
+    """A key that fills up during a pass leaves its rows behind, and the pass takes the next
+    rows in claim order, not the rows past the page it had read (the scan starts again with the
+    held key left out)."""
+    a = [await submit(db, priority=10, limit_key="tenant:a", now=T0 + n) for n in range(3)]
+    b = [await submit(db, now=T0 + n) for n in range(10)]
+    c = [await submit(db, priority=-5, now=T0 + n) for n in range(3)]
+    await set_limit(db, "tenant:a", max_running=1, now=T0)
+    assert await claim_ids(db, now=T0 + 20, limit=3) == [a[0], b[0], b[1]]
+    assert await claim_ids(db, now=T0 + 20, limit=20) == [*b[2:], *c]
+
+
+async def test_pause_and_resume_keep_the_limit_a_kind_had(db: StateDB) -> None:
+    await set_limit(db, "kind:command", max_running=10, rate=5, period_s=60, now=T0)
+    paused = await pause_kind(db, "command", now=T0 + 1)
+    assert (paused["max_running"], paused["rate"], paused["resumes_to"]) == (0, 5, 10)
+    again = await pause_kind(db, "command", now=T0 + 2)  # a second pause forgets nothing
+    assert (again["max_running"], again["resumes_to"]) == (0, 10)
+    assert await resume_kind(db, "command", now=T0 + 3)
+    [row] = await list_limits(db, now=T0 + 3)
+    assert (row["max_running"], row["rate"], row["period_s"], row["resumes_to"]) == (
+        10,
+        5,
+        60.0,
+        None,
+    )
+    assert not await resume_kind(db, "command", now=T0 + 4)
+    await pause_kind(db, "python", now=T0 + 5)  # a pause that is the whole limit
+    assert await resume_kind(db, "python", now=T0 + 6)
+    assert [r["limit_key"] for r in await list_limits(db, now=T0 + 6)] == ["kind:command"]
+
+
+async def test_a_burst_workers_idle_check_sees_no_work_of_a_paused_kind(db: StateDB) -> None:
+    from taskward.claims import find_candidates
+
+    task_id = await submit(db, now=T0)
+    assert [r["id"] for r in await find_candidates(db, spec(), limit=1, now=T0 + 1)] == [task_id]
+    await pause_kind(db, "command", now=T0)
+    assert await find_candidates(db, spec(), limit=1, now=T0 + 1) == []

@@ -74,18 +74,18 @@ class LimitState:
 
 @dataclass
 class PassLimits:
-    """The limits a claim pass met: built from ``limit_state`` (all keys, read with the pass's
-    first page, unlocked) and narrowed as the pass takes keys' locks."""
+    """The limits a claim pass meets: the keys held when it began (``limit_held``, read with its
+    first page, unlocked), grown as the pass counts its candidates' keys under their locks."""
 
-    states: dict[str, LimitState]
     held: set[str] = field(default_factory=set)  # keys that admit nothing more in this pass
+    rated: set[str] = field(default_factory=set)  # limited keys with a rate: claims are logged
 
     @classmethod
-    def of(cls, rows: Iterable[Row]) -> PassLimits | None:
-        states = {row["limit_key"]: LimitState.of(row) for row in rows}
-        if not states:
+    def of(cls, limited: bool, held_rows: Iterable[Row]) -> PassLimits | None:
+        """None when no limit is set at all: the pass then counts nothing."""
+        if not limited:
             return None
-        return cls(states, {key for key, state in states.items() if state.free <= 0})
+        return cls({row["limit_key"] for row in held_rows})
 
     def page_filter(self, spec: WorkerSpec) -> dict[str, Any] | None:
         """``run_claim_page``'s filter for this pass: the spec's kinds less those whose key is
@@ -98,33 +98,38 @@ class PassLimits:
             return None
         return {**spec.page_filter, "kinds": json.dumps(kinds), "held": json.dumps(held_keys)}
 
-    async def admit(self, tx: Tx, candidates: Sequence[Row]) -> list[Row]:
-        """The candidates, in order, that their keys' limits admit now: each limited key's lock
-        is taken first (PostgreSQL; a key another pass holds admits nothing), then its count is
-        read afresh, and each admitted row takes one of its keys' free slots."""
-        keys = sorted(
-            {key for row in candidates for key in row_keys(row) if key in self.states} - self.held
-        )
+    async def admit(self, tx: Tx, candidates: Sequence[Row], *, wanted: int) -> list[Row]:
+        """At most ``wanted`` of the candidates, in order, that their keys' limits admit now:
+        each key's lock is taken first (PostgreSQL; a key another pass holds admits nothing in
+        this one), then the limited keys' counts are read afresh, and each admitted row takes
+        one free slot of each of its limited keys."""
+        keys = sorted({key for row in candidates for key in row_keys(row)} - self.held)
+        room: dict[str, int] = {}
         if keys:
             text = json.dumps(keys)
             locked = {row["limit_key"] for row in await tx.fetchall("limit_lock", {"keys": text})}
             fresh = await tx.fetchall("limit_state", {"keys": text, "now": tx.now})
-            free = {row["limit_key"]: LimitState.of(row).free for row in fresh}
-            for key in keys:
-                if key not in locked or free.get(key, 0) <= 0:
+            for row in fresh:  # only the keys that have a limit
+                state = LimitState.of(row)
+                key = state.limit_key
+                if key not in locked or state.free <= 0:
                     self.held.add(key)
-            room = {key: free.get(key, 0) for key in keys if key not in self.held}
-        else:
-            room = {}
-        admitted = []
+                else:
+                    room[key] = state.free
+                if state.rate is not None:
+                    self.rated.add(key)
+        admitted: list[Row] = []
         for row in candidates:
-            limited = [key for key in row_keys(row) if key in self.states]
-            if any(key in self.held for key in limited):
+            if len(admitted) >= wanted:
+                break
+            keys_of = row_keys(row)
+            if any(key in self.held for key in keys_of):
                 continue
-            for key in limited:
-                room[key] -= 1
-                if room[key] <= 0:
-                    self.held.add(key)
+            for key in keys_of:
+                if key in room:
+                    room[key] -= 1
+                    if room[key] <= 0:
+                        self.held.add(key)
             admitted.append(row)
         return admitted
 
@@ -134,7 +139,7 @@ class PassLimits:
             {"limit_key": key, "task_id": row["id"]}
             for row in claimed
             for key in row_keys(row)
-            if (state := self.states.get(key)) is not None and state.rate is not None
+            if key in self.rated
         ]
         if rows:
             keys = json.dumps(sorted({r["limit_key"] for r in rows}))

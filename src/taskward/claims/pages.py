@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from taskward.capabilities import affinity_score
+from taskward.claims.limits import PassLimits
 from taskward.claims.spec import WorkerSpec
 from taskward.store.port import Row, StateDB, Tx
 
@@ -25,8 +26,14 @@ async def find_candidates(
     db: StateDB | Tx, spec: WorkerSpec, *, limit: int, now: float
 ) -> list[Row]:
     """Eligible queued rows due at ``now``, in claim order (affinity first, then priority, then
-    oldest)."""
-    candidates, _ = await _find(db, spec, limit=limit, now=now)
+    oldest), leaving out the rows of limit keys held now (R20: paused, full or at their rate),
+    as a claim pass would."""
+    held = await db.fetchall("limit_held", {"now": now})
+    limits = PassLimits.of(bool(held), held)
+    page_filter = limits.page_filter(spec) if limits is not None else None
+    if page_filter is not None and page_filter["kinds"] == "[]":
+        return []
+    candidates, _ = await _find(db, spec, limit=limit, now=now, page_filter=page_filter)
     return candidates
 
 

@@ -215,23 +215,23 @@ def pass_claimed(
 async def _claim_paged(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
     """The paged pass: candidates page by page (affinity-ranked, serialization keys one by
     one, limits counted under their keys' locks), then their claims set-based (``_claim_in``)."""
-    # The context, the first page and the limits in force in one round trip (R20: the table is
-    # usually empty, and then nothing below changes).
+    # The context, the first page and the limit keys held now in one round trip (R20:
+    # task_limits is usually empty, and then nothing below changes).
     now = tx.now
-    [context], first_page, limit_rows = await tx.fetchall_batch(
+    [context], first_page, held_rows = await tx.fetchall_batch(
         [
             ("claim_context", {"worker_id": spec.worker_id, "now": now}),
             (
                 "run_claim_page",
                 _page_params(spec, now, START, _first_page_size(spec, limit), limit),
             ),
-            ("limit_state", {"keys": None, "now": now}),
+            ("limit_held", {"now": now}),
         ]
     )
     last = context["last_heartbeat_at"]
     if last is not None and now - float(last) > spec.heartbeat_ttl:
         return []  # a known worker with a stale heartbeat claims nothing (ADR-0071 D4)
-    limits = PassLimits.of(limit_rows)
+    limits = PassLimits.of(bool(context["limited"]), held_rows)
     page_filter = None
     page: list[Row] | None = first_page
     claimed: list[Claimed] = []
@@ -241,8 +241,10 @@ async def _claim_paged(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
         if limits is not None:
             narrowed = limits.page_filter(spec)
             if narrowed is not None and narrowed != page_filter:
-                # What a held key would have filled the page with is read past, in SQL.
-                page_filter, page = narrowed, None
+                # The held keys' rows are left out in SQL from now on, and the scan starts
+                # again: the rows of the pages read so far that were passed over (not locked,
+                # or behind a held row) come first, in claim order (R17).
+                page_filter, page, after = narrowed, None, START
             if page_filter is not None and page_filter["kinds"] == "[]":
                 break  # every kind this worker serves is paused or at its limit
         wanted = limit - len(claimed)
@@ -258,9 +260,9 @@ async def _claim_paged(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
         page = None
         found = len(candidates)
         if limits is not None:
-            candidates = await limits.admit(tx, candidates)
-        # A limit that held some candidates: the rows past them may belong to other keys, so
-        # the pass reads on (its next page leaves the held keys out, in SQL).
+            candidates = await limits.admit(tx, candidates, wanted=wanted)
+        # A limit that held some candidates: rows of other keys may follow them, so the pass
+        # reads on (the next scan leaves the held keys out).
         held_some = len(candidates) < found
         got: list[Claimed] = []
         if candidates:
@@ -271,7 +273,7 @@ async def _claim_paged(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
             if limits is not None:
                 await limits.record(tx, [claim.row for claim in got])
             claimed += got
-        if len(claimed) >= limit or after is None:
+        if len(claimed) >= limit or (after is None and not held_some):
             break
         if not held_some and (not candidates or not _contended(got, candidates, wanted)):
             break

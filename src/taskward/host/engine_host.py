@@ -228,13 +228,19 @@ class ResidentEngineHost(HostJobs):
         pass: renewals come a fraction of a lease apart. One answered ``stale_lease`` or
         ``missing_holder`` means the lease is no longer this host's (it lapsed and was reaped or
         reclaimed): its run is stopped (``_lease_lost``), its acknowledgement will be refused.
-        An answer about a task its job no longer holds (it was acknowledged meanwhile) counts
-        for nothing.
+        An answer about a task its job no longer holds, or is acknowledging (it may have been
+        acknowledged meanwhile), counts for nothing.
         """
         source = self.source
         if not isinstance(source, RenewsLeases):
             return 0
-        held = [(job, task) for job, task in self._active.items() if not job.done()]
+        # A job that is summarizing or acknowledging is left out: its acknowledgement may
+        # commit first, and a renewal after it would read as a lost lease for a finished run.
+        held = [
+            (job, task)
+            for job, task in self._active.items()
+            if not job.done() and job not in self._settling_jobs
+        ]
         if not held:
             return 0
         answers = await asyncio.gather(
@@ -246,7 +252,9 @@ class ResidentEngineHost(HostJobs):
                 self._keep_error(f"task {task.id}: lease renewal failed: {answer!r}")
             elif answer.applied:
                 renewed += 1
-            elif self._active.get(job) is task and not job.done():
+            elif (
+                self._active.get(job) is task and not job.done() and job not in self._settling_jobs
+            ):
                 self._lease_lost(job, task, answer)
         self.stats.renewed += renewed
         return renewed

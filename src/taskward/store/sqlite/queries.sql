@@ -301,24 +301,61 @@ SELECT * FROM task_summaries WHERE task_id = :task_id ORDER BY attempt;
 -- R20: the limits in force (all, or those of :keys, a JSON array; NULL: all), each with the
 -- rows of its key running now and, for a key with a rate, its claims in the window
 -- (:now - period_s, :now]. A key kind:<k> counts running rows of kind <k>; any other key the
--- running rows that carry it. Running rows are few (at most the workers' slots).
-SELECT l.limit_key, l.max_running, l.rate, l.period_s, l.updated_at, l.updated_by,
-       CASE WHEN l.max_running IS NULL THEN 0 ELSE (
-         SELECT count(*) FROM schedule_runs r
-         WHERE r.status = 'running'
-           AND CASE WHEN substr(l.limit_key, 1, 5) = 'kind:'
-                    THEN r.action_kind = substr(l.limit_key, 6)
-                    ELSE r.limit_key = l.limit_key END) END AS running,
-       CASE WHEN l.rate IS NULL THEN 0 ELSE (
-         SELECT count(*) FROM task_limit_claims c
-         WHERE c.limit_key = l.limit_key AND c.claimed_at > :now - l.period_s) END AS recent
-FROM task_limits l
+-- running rows that carry it (a task limit key never starts with kind:).
+WITH running AS (
+  -- Running rows are few (at most the workers' slots): each key's count is read once.
+  SELECT 'kind:' || action_kind AS limit_key, count(*) AS n FROM schedule_runs
+  WHERE status = 'running' GROUP BY action_kind
+  UNION ALL
+  SELECT limit_key, count(*) FROM schedule_runs
+  WHERE status = 'running' AND limit_key IS NOT NULL GROUP BY limit_key
+), recent AS (
+  SELECT c.limit_key, count(*) AS n FROM task_limit_claims c
+  JOIN task_limits l ON l.limit_key = c.limit_key
+  WHERE l.rate IS NOT NULL AND c.claimed_at > :now - l.period_s
+  GROUP BY c.limit_key
+), state AS (
+  SELECT l.limit_key, l.max_running, l.rate, l.period_s, l.resume_max_running, l.updated_at,
+         l.updated_by, COALESCE(r.n, 0) AS running, COALESCE(c.n, 0) AS recent
+  FROM task_limits l
+  LEFT JOIN running r ON r.limit_key = l.limit_key
+  LEFT JOIN recent c ON c.limit_key = l.limit_key
+)
+SELECT * FROM state l
 WHERE :keys IS NULL OR l.limit_key IN (SELECT value FROM json_each(:keys))
 ORDER BY l.limit_key;
 
+-- name: limit_held
+-- R20: the limit keys that admit no claim now (paused, at max_running, or at their rate): a
+-- claim pass leaves their rows out of its pages. Read with the pass's first page, unlocked; the
+-- keys of the rows a pass then claims are counted again under their locks (limit_lock).
+WITH running AS (
+  -- Running rows are few (at most the workers' slots): each key's count is read once.
+  SELECT 'kind:' || action_kind AS limit_key, count(*) AS n FROM schedule_runs
+  WHERE status = 'running' GROUP BY action_kind
+  UNION ALL
+  SELECT limit_key, count(*) FROM schedule_runs
+  WHERE status = 'running' AND limit_key IS NOT NULL GROUP BY limit_key
+), recent AS (
+  SELECT c.limit_key, count(*) AS n FROM task_limit_claims c
+  JOIN task_limits l ON l.limit_key = c.limit_key
+  WHERE l.rate IS NOT NULL AND c.claimed_at > :now - l.period_s
+  GROUP BY c.limit_key
+), state AS (
+  SELECT l.limit_key, l.max_running, l.rate, l.period_s, l.resume_max_running, l.updated_at,
+         l.updated_by, COALESCE(r.n, 0) AS running, COALESCE(c.n, 0) AS recent
+  FROM task_limits l
+  LEFT JOIN running r ON r.limit_key = l.limit_key
+  LEFT JOIN recent c ON c.limit_key = l.limit_key
+)
+SELECT limit_key FROM state
+WHERE (max_running IS NOT NULL AND running >= max_running)
+   OR (rate IS NOT NULL AND recent >= rate)
+ORDER BY limit_key;
+
 -- name: limit_get
-SELECT limit_key, max_running, rate, period_s, updated_at, updated_by FROM task_limits
-WHERE limit_key = :limit_key;
+SELECT limit_key, max_running, rate, period_s, resume_max_running, updated_at, updated_by
+FROM task_limits WHERE limit_key = :limit_key;
 
 -- name: limit_put
 -- An operator's limit on a key (R20): inserted, or replacing the key's limit whole.
@@ -326,7 +363,31 @@ INSERT INTO task_limits (limit_key, max_running, rate, period_s, updated_at, upd
 VALUES (:limit_key, :max_running, :rate, :period_s, :now, :updated_by)
 ON CONFLICT (limit_key) DO UPDATE SET
   max_running = excluded.max_running, rate = excluded.rate, period_s = excluded.period_s,
-  updated_at = excluded.updated_at, updated_by = excluded.updated_by;
+  resume_max_running = NULL, updated_at = excluded.updated_at, updated_by = excluded.updated_by;
+
+-- name: limit_pause
+-- R20: pause a key (max_running 0), keeping its rate and remembering the max_running it had
+-- (resume_max_running), in one statement: a pause of a paused key changes nothing it kept.
+INSERT INTO task_limits (limit_key, max_running, rate, period_s, updated_at, updated_by)
+VALUES (:limit_key, 0, NULL, NULL, :now, :updated_by)
+ON CONFLICT (limit_key) DO UPDATE SET
+  resume_max_running = CASE WHEN task_limits.max_running = 0
+                            THEN task_limits.resume_max_running
+                            ELSE task_limits.max_running END,
+  max_running = 0, updated_at = excluded.updated_at, updated_by = excluded.updated_by;
+
+-- name: limit_resume_delete
+-- R20: lifting a pause that was all the key's limit removes the limit.
+DELETE FROM task_limits
+WHERE limit_key = :limit_key AND max_running = 0 AND resume_max_running IS NULL
+  AND rate IS NULL;
+
+-- name: limit_resume
+-- R20: lifting a pause restores the max_running the key had before it (NULL: none, its rate
+-- stays).
+UPDATE task_limits SET max_running = resume_max_running, resume_max_running = NULL,
+  updated_at = :now, updated_by = :updated_by
+WHERE limit_key = :limit_key AND max_running = 0;
 
 -- name: limit_delete
 DELETE FROM task_limits WHERE limit_key = :limit_key;
@@ -358,10 +419,10 @@ VALUES (:limit_key, :now, :task_id);
 
 -- name: claim_context
 -- Everything a claim pass reads before paging, in one round trip: the pass's time, this
--- worker's last heartbeat (NULL when unknown) and the attempt ceiling (R6).
+-- worker's last heartbeat (NULL when unknown) and whether any limit is set (R20).
 SELECT :now AS now,
        (SELECT last_heartbeat_at FROM workers WHERE worker_id = :worker_id) AS last_heartbeat_at,
-       (SELECT value FROM queue_settings WHERE name = 'max_attempts') AS max_attempts;
+       EXISTS (SELECT 1 FROM task_limits) AS limited;
 
 -- dispatch_outbox (ADR-0072 D6, R12): notifications of committed facts and their delivery
 -- state. Written by the enqueue in transitions.rows.audit_rows' notification and by taskward.outbox only;

@@ -17,7 +17,8 @@
 --                kind:<action_kind>, which is not stored.
 -- Tables (R20): task_limits holds an operator's limit per key (max_running, 0 = paused; an
 -- optional rate of `rate` claims per `period_s`); task_limit_claims logs the claims of keys
--- with a rate (a sliding window, pruned as claims are taken).
+-- with a rate (a sliding window, pruned as claims are taken); a paused key remembers the
+-- max_running it had (resume_max_running), which resuming restores.
 ALTER TABLE schedule_runs ADD COLUMN run_after DOUBLE PRECISION;
 ALTER TABLE schedule_runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0
   CONSTRAINT schedule_runs_priority_range CHECK (priority BETWEEN -100 AND 100);
@@ -47,6 +48,7 @@ CREATE TABLE task_limits (
   max_running INTEGER CHECK (max_running >= 0),
   rate        INTEGER CHECK (rate >= 1),
   period_s    DOUBLE PRECISION CHECK (period_s > 0),
+  resume_max_running INTEGER CHECK (resume_max_running >= 1),
   updated_at  DOUBLE PRECISION NOT NULL,
   updated_by  TEXT,
   CONSTRAINT task_limits_rate_period CHECK ((rate IS NULL) = (period_s IS NULL)),

@@ -44,6 +44,7 @@ CREATE TABLE task_limits (
   max_running INTEGER CHECK (max_running >= 0),
   rate        INTEGER CHECK (rate >= 1),
   period_s    REAL CHECK (period_s > 0),
+  resume_max_running INTEGER CHECK (resume_max_running >= 1),
   updated_at  REAL NOT NULL,
   updated_by  TEXT,
   CHECK ((rate IS NULL) = (period_s IS NULL)),
