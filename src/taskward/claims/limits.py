@@ -107,8 +107,12 @@ class PassLimits:
         room: dict[str, int] = {}
         if keys:
             text = json.dumps(keys)
-            locked = {row["limit_key"] for row in await tx.fetchall("limit_lock", {"keys": text})}
-            fresh = await tx.fetchall("limit_state", {"keys": text, "now": tx.now})
+            # One round trip, two statements: the count's snapshot is taken when it starts,
+            # after the locks are held (PostgreSQL runs a pipeline's statements in turn).
+            lock_rows, fresh = await tx.fetchall_batch(
+                [("limit_lock", {"keys": text}), ("limit_state", {"keys": text, "now": tx.now})]
+            )
+            locked = {row["limit_key"] for row in lock_rows}
             for row in fresh:  # only the keys that have a limit
                 state = LimitState.of(row)
                 key = state.limit_key
