@@ -544,3 +544,40 @@ async def test_a_burst_workers_idle_check_sees_no_work_of_a_paused_kind(db: Stat
     assert [r["id"] for r in await find_candidates(db, spec(), limit=1, now=T0 + 1)] == [task_id]
     await pause_kind(db, "command", now=T0)
     assert await find_candidates(db, spec(), limit=1, now=T0 + 1) == []
+
+
+async def test_an_idle_worker_wakes_when_a_delayed_task_falls_due(db: StateDB) -> None:
+    """R16: an idle worker polls every ``idle_wait_s`` (10 s here), yet a task delayed by 1 s
+    starts soon after its run_after: the idle wait ends when the earliest delayed row
+    falls due. Real time: the runtime takes no ``now``; bounded with slack, measured value
+    reported."""
+    import asyncio
+    import time
+
+    from taskward.runtime import WorkerConfig, WorkerRuntime
+
+    config = WorkerConfig(
+        concurrency=1,
+        idle_wait_s=10.0,
+        reap_interval_s=30.0,
+        run_scheduler=False,
+        deliver_outbox=False,
+    )
+    started = asyncio.Event()
+    runtime = WorkerRuntime(
+        db, REGISTRY, config, on_event=lambda kind, *_: started.set() if kind == "start" else None
+    )
+    run_after = time.time() + 1.0
+    task_id = await submit(db, run_after=run_after)
+    # Its first pass finds nothing due: without the wake-up it would sleep 10 s.
+    serving = asyncio.create_task(runtime.run())
+    try:
+        await asyncio.wait_for(started.wait(), 8.0)
+    finally:
+        runtime.drain("test")
+        await asyncio.wait_for(serving, 60)
+    facts = await taskward.list_transitions(db, task_id)
+    lag = facts[0]["created_at"] - run_after
+    print(f"delayed task started {lag * 1000:.0f} ms after its run_after")
+    assert facts[0]["status"] == "running"
+    assert 0 <= lag < 5.0, lag

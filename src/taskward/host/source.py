@@ -56,6 +56,10 @@ from taskward.models import TransitionResult
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.store.port import Row, StateDB
 
+# How far past a delayed row's due time an idle source wakes for it (R16), and the shortest
+# wait it ever asks for.
+DUE_MARGIN_S: Final = 0.002
+
 log = logging.getLogger("taskward.host.source")
 
 # Recent acknowledgements kept for exact in-process replays (a lost reply is retried at once);
@@ -103,6 +107,9 @@ class LocalTaskSource:
         self._group = group
         self._signal = db.signal("queued")
         self._seen = self._signal.seq
+        # R16: when (the event loop's clock) the earliest delayed row falls due, as the last
+        # claim pass that came back short found it; None: nothing is waiting for its time.
+        self._next_due_at: float | None = None
 
     # -- side channel ----------------------------------------------------------------------
 
@@ -161,7 +168,23 @@ class LocalTaskSource:
             await self._fail_invalid()
         # The claim pass shares commits with this source's acknowledgements and summaries.
         claimed = await claim_rows(self.db, self.spec, limit=limit, group=self._group)
-        return await self._register_all(claimed)
+        tasks = await self._register_all(claimed)
+        self._next_due_at = None
+        if len(claimed) < limit:
+            await self._note_next_due()
+        return tasks
+
+    async def _note_next_due(self) -> None:
+        """After a pass that came back short: when the earliest delayed row falls due (R16),
+        so that ``wait_for_work`` wakes then rather than at the host's next poll. Best effort:
+        a store error leaves the poll as it was (the claims are already registered)."""
+        try:
+            row = await self.db.fetchone("run_next_due", {})
+        except StoreError as exc:
+            log.warning("next due time not read: %s", exc)
+            return
+        if row is not None:
+            self._next_due_at = asyncio.get_running_loop().time() + float(row["due_in"])
 
     async def _register_all(self, claimed: list[Claimed]) -> list[Task]:
         """Remember each lease in the side channel and hand the host its Task.
@@ -208,7 +231,14 @@ class LocalTaskSource:
     def wait_for_work(self, wait_s: float) -> asyncio.Future[bool]:
         """A future that resolves when new work may have arrived since the last claim (True),
         or after ``wait_s`` (False). A future, not a coroutine: the host awaits it directly
-        (``ResidentEngineHost._idle``), so a wake-up reaches the next claim a turn sooner."""
+        (``ResidentEngineHost._idle``), so a wake-up reaches the next claim a turn sooner.
+
+        The wait ends early, with False, when a delayed row falls due before ``wait_s`` (R16:
+        its claim then comes within milliseconds of its ``run_after``, not at the next poll)."""
+        if self._next_due_at is not None:
+            due_in = self._next_due_at - asyncio.get_running_loop().time()
+            # a little past the due time (the store's clock and the loop's), never a busy loop
+            wait_s = min(wait_s, max(DUE_MARGIN_S, due_in + DUE_MARGIN_S))
         return self._signal.changed(self._seen, wait_s)
 
     # -- renewal (protocol version two, R25; host.ports.RenewsLeases) ---------------------

@@ -384,6 +384,15 @@ WITH v AS MATERIALIZED (
 SELECT u.id, u.fact_id, u.event_id, true AS fact_written
 FROM u;
 
+-- name: run_next_due
+-- R16: how long until the earliest delayed queued row is due (seconds from :now, the store's
+-- clock), so an idle worker wakes then instead of at its next poll. One range of
+-- idx_schedule_runs_queue (status, queued_at); no row: nothing is waiting for its time.
+SELECT queued_at - :now::float8 AS due_in FROM schedule_runs
+WHERE status = 'queued' AND queued_at > :now::float8
+ORDER BY queued_at
+LIMIT 1;
+
 -- name: run_expired_leases
 -- Running rows whose lease expired strictly before :now (R6), with their own ceiling (R18)
 -- and their kind, whose backoff times the retry (R18).

@@ -220,6 +220,17 @@ WHERE status = 'queued'
 ORDER BY claim_rank, queued_at, id
 LIMIT :page_size;
 
+-- name: run_next_due
+-- R16: how long until the earliest delayed queued row is due (seconds from :now, the store's
+-- clock), so an idle worker wakes then instead of at its next poll. One range of
+-- idx_schedule_runs_queue (status, queued_at); no row: nothing is waiting for its time.
+-- (The index's own predicate is repeated, as SQLite uses a partial index only for a query that
+-- states it.)
+SELECT queued_at - :now AS due_in FROM schedule_runs INDEXED BY idx_schedule_runs_queue
+WHERE status IN ('queued', 'retry_wait') AND status = 'queued' AND queued_at > :now
+ORDER BY queued_at
+LIMIT 1;
+
 -- name: run_expired_leases
 -- Running rows whose lease expired strictly before :now (R6), with their own ceiling (R18)
 -- and their kind, whose backoff times the retry (R18).
