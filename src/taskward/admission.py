@@ -20,10 +20,16 @@ from taskward.adapters import build_registry
 from taskward.canonical import canonical_json, dumps
 from taskward.capabilities import host_scoped_concurrency_key, normalize_capabilities
 from taskward.errors import TaskIdempotencyConflict, TaskValidationError
+from taskward.fields import (
+    check_limit_key,
+    check_max_attempts,
+    check_priority,
+    check_run_after,
+)
 from taskward.ids import new_id
 from taskward.models import EXECUTION_TARGETS, TaskApplication, check_key, check_text
 from taskward.models import MAX_KEY_LENGTH as MAX_KEY_LENGTH  # the key rule lives in models
-from taskward.registry import MAX_ATTEMPTS_LIMIT, TaskAdapterRegistry
+from taskward.registry import TaskAdapterRegistry
 from taskward.store.port import StateDB
 
 MAX_ARGS_BYTES: Final = 1024 * 1024
@@ -180,106 +186,6 @@ def application_hash_of(
         f'"required_capabilities":{capabilities}{after}}}'
     )
     return "sha256:" + hashlib.sha256(envelope.encode("utf-8")).hexdigest()
-
-
-# R16-R18, R20: the allowed values of the scheduling fields, named in their errors.
-MIN_PRIORITY: Final = -100
-MAX_PRIORITY: Final = 100
-MAX_TASK_ATTEMPTS: Final = MAX_ATTEMPTS_LIMIT  # one range for tasks and kinds (R18)
-# run_after: epoch seconds from 0 to the start of 2200 (a finite time every binding can show).
-MAX_RUN_AFTER: Final = 7258118400.0
-LIMIT_KEY_ALLOWED: Final = (
-    "null or a key of 1..255 printable characters not starting with 'kind:' (every task has "
-    "the implicit limit key kind:<action_kind>)"
-)
-
-
-MAX_DELAY_S: Final = 10 * 366 * 86400.0
-
-
-def check_delay(field: str, value: object) -> float:
-    """A binding's delay in seconds (R15's ``delay_s``): a number from 0 to ten years."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0 <= value <= MAX_DELAY_S
-    ):
-        raise TaskValidationError(field, value, f"seconds from 0 to {MAX_DELAY_S:.0f} (ten years)")
-    return float(value)
-
-
-async def run_after_for_delay(
-    db: StateDB, idempotency_key: str, delay_s: float, *, now: float | None = None
-) -> float:
-    """R16's binding convenience (CLI ``--delay``, HTTP ``delay_s``): ``now + delay_s``, unless
-    the key already admitted a task, whose own ``run_after`` is returned instead.
-
-    A delay is relative to when a request arrives, so a retried request would otherwise name
-    another ``run_after`` than its first try and conflict (R15 hashes ``run_after``); resolved
-    against the key, the retry replays. A task of that key admitted without a delay keeps a
-    conflict: it is another application."""
-    delay = check_delay("delay_s", delay_s)
-    key = check_key("idempotency_key", idempotency_key.strip())
-    existing = await db.fetchone("run_get_by_key", {"idempotency_key": key})
-    if existing is not None and existing["run_after"] is not None:
-        return float(existing["run_after"])
-    return (await db.now() if now is None else now) + delay
-
-
-def check_run_after(field: str, value: object) -> float | None:
-    """R16: None, or epoch seconds in [0, ``MAX_RUN_AFTER``] (a number, not a bool)."""
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0 <= value <= MAX_RUN_AFTER
-    ):
-        raise TaskValidationError(
-            field, value, f"null or epoch seconds from 0 to {MAX_RUN_AFTER:.0f} (year 2200)"
-        )
-    return float(value)
-
-
-def check_priority(field: str, value: object) -> int:
-    """R17: an integer in [-100, 100]."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not (MIN_PRIORITY <= value <= MAX_PRIORITY)
-    ):
-        raise TaskValidationError(
-            field, value, f"an integer from {MIN_PRIORITY} to {MAX_PRIORITY} (higher first)"
-        )
-    return value
-
-
-def check_max_attempts(field: str, value: object) -> int | None:
-    """R18: None (the kind's default, else the queue's ceiling) or an integer in [1, 100]."""
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not (1 <= value <= MAX_TASK_ATTEMPTS)
-    ):
-        raise TaskValidationError(field, value, f"null or an integer from 1 to {MAX_TASK_ATTEMPTS}")
-    return value
-
-
-def check_limit_key(field: str, value: object) -> str | None:
-    """R20: None or a printable key (the idempotency key's rule) outside the ``kind:`` space."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TaskValidationError(field, value, LIMIT_KEY_ALLOWED)
-    try:
-        check_key(field, value)
-    except TaskValidationError as exc:
-        raise TaskValidationError(field, exc.value, LIMIT_KEY_ALLOWED) from exc
-    if value != value.strip() or value.startswith("kind:"):
-        raise TaskValidationError(field, value, LIMIT_KEY_ALLOWED)
-    return value
 
 
 def validate_application(

@@ -14,9 +14,9 @@ import json
 import math
 from typing import Any, Final
 
-from taskward.admission import check_limit_key
 from taskward.claims.limits import KIND_PREFIX, LimitState, kind_key
 from taskward.errors import TaskValidationError
+from taskward.fields import check_limit_key
 from taskward.models import Actor, check_text
 from taskward.store.port import Row, StateDB
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response
 
-from taskward.admission import admit_task, run_after_for_delay
+from taskward.admission import admit_task
 from taskward.api.models import (
     STATUS_ENUM,
     TARGET_ENUM,
@@ -31,6 +31,7 @@ from taskward.api.models import (
 from taskward.cancellation import request_task_cancel
 from taskward.cursors import MAX_CURSOR_LENGTH
 from taskward.errors import TaskIdempotencyConflict, TaskNotFound, TaskValidationError
+from taskward.fields import run_after_for_delay
 from taskward.models import TaskApplication
 from taskward.placement import placement_reason
 from taskward.reads import MAX_LIST_LIMIT, get_task, list_tasks, list_transitions, list_workers

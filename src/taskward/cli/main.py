@@ -23,7 +23,7 @@ from taskward import (
     request_task_cancel,
     submit_task,
 )
-from taskward.admission import run_after_for_delay, validate_application
+from taskward.admission import validate_application
 from taskward.cancellation import validate_cancel_request
 from taskward.cli.common import (
     CliState,
@@ -41,6 +41,7 @@ from taskward.cli.common import (
 )
 from taskward.cli.errors import EXIT_OK, report
 from taskward.cli.worker_cmd import task_wait, worker
+from taskward.fields import run_after_for_delay
 from taskward.models import EXECUTION_TARGETS, check_key
 from taskward.placement import placement_reason
 from taskward.reads import MAX_LIST_LIMIT

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from taskward.cursors import MAX_CURSOR_LENGTH
-from taskward.dashboard import views
+from taskward.dashboard import limitviews, views
 from taskward.dashboard.render import html, secure
 from taskward.dashboard.session import Session, new_session, session_principal
 from taskward.errors import StoreError, TaskNotFound, TaskValidationError
@@ -389,7 +389,7 @@ async def limits_view(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The page's regions and the limits they were drawn from."""
     limits = await list_limits(db)
-    regions = views.limits_regions(
+    regions = limitviews.limits_regions(
         limits, services.registry.kinds(), can_operate=can_operate, chosen=chosen
     )
     return regions, limits
@@ -417,7 +417,7 @@ async def limits_page(request: Request) -> Response:
         regions, limits = await limits_view(
             db, services, can_operate=await _can_operate(request), chosen=chosen
         )
-        form.update(views.limit_form_values(limits, chosen))
+        form.update(limitviews.limit_form_values(limits, chosen))
         return regions
 
     q = request.query_params
