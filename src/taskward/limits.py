@@ -123,7 +123,9 @@ async def set_limit(
                 "now": tx.now,
             },
         )
-        [row] = await tx.fetchall("limit_state", {"keys": json.dumps([key]), "now": tx.now})
+        [row] = await tx.fetchall(
+            "limit_state", {"keys": json.dumps([key]), "now": tx.now, "held_only": False}
+        )
         # A limit raised (or a pause lifted) may let queued rows run: wake idle workers.
         tx.notify("queued")
     return _limit_row(row)
@@ -154,7 +156,7 @@ async def list_limits(
     ``running``, ``recent`` (claims in its rate window) and ``free`` (claims it admits now)."""
     if now is None:
         now = await db.now()
-    params = {"keys": None if keys is None else json.dumps(keys), "now": now}
+    params = {"keys": None if keys is None else json.dumps(keys), "now": now, "held_only": False}
     return [_limit_row(row) for row in await db.fetchall("limit_state", params)]
 
 
@@ -168,7 +170,9 @@ async def pause_kind(
     async with db.transaction(now=now) as tx:
         by = actor.label() if actor is not None else None
         await tx.execute("limit_pause", {"limit_key": key, "updated_by": by, "now": tx.now})
-        [row] = await tx.fetchall("limit_state", {"keys": json.dumps([key]), "now": tx.now})
+        [row] = await tx.fetchall(
+            "limit_state", {"keys": json.dumps([key]), "now": tx.now, "held_only": False}
+        )
     return _limit_row(row)
 
 

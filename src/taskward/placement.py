@@ -102,7 +102,9 @@ async def placement_reason(
 async def _held_by_limit(db: StateDB, row: dict[str, Any], now: float) -> dict[str, Any] | None:
     """R20: the first of the row's limit keys that admits no claim now, as a placement reason."""
     keys = row_keys(row)
-    states = await db.fetchall("limit_state", {"keys": json.dumps(list(keys)), "now": now})
+    states = await db.fetchall(
+        "limit_state", {"keys": json.dumps(list(keys)), "now": now, "held_only": False}
+    )
     for found in sorted(states, key=lambda r: keys.index(r["limit_key"])):
         state = LimitState.of(found)
         if state.free > 0:

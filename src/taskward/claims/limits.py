@@ -74,8 +74,9 @@ class LimitState:
 
 @dataclass
 class PassLimits:
-    """The limits a claim pass meets: the keys held when it began (``limit_held``, read with its
-    first page, unlocked), grown as the pass counts its candidates' keys under their locks."""
+    """The limits a claim pass meets: the keys held when it began (``limit_state`` with
+    ``held_only``, read with its first page, unlocked), grown as the pass counts its
+    candidates' keys under their locks."""
 
     held: set[str] = field(default_factory=set)  # keys that admit nothing more in this pass
     rated: set[str] = field(default_factory=set)  # limited keys with a rate: claims are logged
@@ -110,7 +111,10 @@ class PassLimits:
             # One round trip, two statements: the count's snapshot is taken when it starts,
             # after the locks are held (PostgreSQL runs a pipeline's statements in turn).
             lock_rows, fresh = await tx.fetchall_batch(
-                [("limit_lock", {"keys": text}), ("limit_state", {"keys": text, "now": tx.now})]
+                [
+                    ("limit_lock", {"keys": text}),
+                    ("limit_state", {"keys": text, "now": tx.now, "held_only": False}),
+                ]
             )
             locked = {row["limit_key"] for row in lock_rows}
             for row in fresh:  # only the keys that have a limit

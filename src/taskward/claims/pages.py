@@ -28,7 +28,7 @@ async def find_candidates(
     """Eligible queued rows due at ``now``, in claim order (affinity first, then priority, then
     oldest), leaving out the rows of limit keys held now (R20: paused, full or at their rate),
     as a claim pass would."""
-    held = await db.fetchall("limit_held", {"now": now})
+    held = await db.fetchall("limit_state", {"keys": None, "now": now, "held_only": True})
     limits = PassLimits.of(bool(held), held)
     page_filter = limits.page_filter(spec) if limits is not None else None
     if page_filter is not None and page_filter["kinds"] == "[]":

@@ -225,7 +225,7 @@ async def _claim_paged(tx: Tx, spec: WorkerSpec, limit: int) -> list[Claimed]:
                 "run_claim_page",
                 _page_params(spec, now, START, _first_page_size(spec, limit), limit),
             ),
-            ("limit_held", {"now": now}),
+            ("limit_state", {"keys": None, "now": now, "held_only": True}),
         ]
     )
     last = context["last_heartbeat_at"]

@@ -473,7 +473,10 @@ SELECT * FROM task_summaries WHERE task_id = :task_id ORDER BY attempt;
 -- R20: the limits in force (all, or those of :keys, a JSON array; NULL: all), each with the
 -- rows of its key running now and, for a key with a rate, its claims in the window
 -- (:now - period_s, :now]. A key kind:<k> counts running rows of kind <k>; any other key the
--- running rows that carry it (a task limit key never starts with kind:).
+-- running rows that carry it (a task limit key never starts with kind:). With :held_only, only
+-- the keys that admit no claim now (paused, at max_running, or at their rate): a claim pass
+-- leaves their rows out of its pages (read with its first page, unlocked; the keys of the rows
+-- it then claims are counted again under their locks, limit_lock).
 WITH running AS (
   -- Running rows are few (at most the workers' slots): each key's count is read once.
   SELECT 'kind:' || action_kind AS limit_key, count(*) AS n FROM schedule_runs
@@ -494,37 +497,12 @@ WITH running AS (
   LEFT JOIN recent c ON c.limit_key = l.limit_key
 )
 SELECT * FROM state l
-WHERE :keys::jsonb IS NULL
-   OR l.limit_key = ANY (ARRAY(SELECT jsonb_array_elements_text(:keys::jsonb)))
+WHERE (:keys::jsonb IS NULL
+       OR l.limit_key = ANY (ARRAY(SELECT jsonb_array_elements_text(:keys::jsonb))))
+  AND (NOT :held_only::boolean
+       OR (l.max_running IS NOT NULL AND l.running >= l.max_running)
+       OR (l.rate IS NOT NULL AND l.recent >= l.rate))
 ORDER BY l.limit_key;
-
--- name: limit_held
--- R20: the limit keys that admit no claim now (paused, at max_running, or at their rate): a
--- claim pass leaves their rows out of its pages. Read with the pass's first page, unlocked; the
--- keys of the rows a pass then claims are counted again under their locks (limit_lock).
-WITH running AS (
-  -- Running rows are few (at most the workers' slots): each key's count is read once.
-  SELECT 'kind:' || action_kind AS limit_key, count(*) AS n FROM schedule_runs
-  WHERE status = 'running' GROUP BY action_kind
-  UNION ALL
-  SELECT limit_key, count(*) FROM schedule_runs
-  WHERE status = 'running' AND limit_key IS NOT NULL GROUP BY limit_key
-), recent AS (
-  SELECT c.limit_key, count(*) AS n FROM task_limit_claims c
-  JOIN task_limits l ON l.limit_key = c.limit_key
-  WHERE l.rate IS NOT NULL AND c.claimed_at > :now::float8 - l.period_s
-  GROUP BY c.limit_key
-), state AS (
-  SELECT l.limit_key, l.max_running, l.rate, l.period_s, l.resume_max_running, l.updated_at,
-         l.updated_by, COALESCE(r.n, 0) AS running, COALESCE(c.n, 0) AS recent
-  FROM task_limits l
-  LEFT JOIN running r ON r.limit_key = l.limit_key
-  LEFT JOIN recent c ON c.limit_key = l.limit_key
-)
-SELECT limit_key FROM state
-WHERE (max_running IS NOT NULL AND running >= max_running)
-   OR (rate IS NOT NULL AND recent >= rate)
-ORDER BY limit_key;
 
 -- name: limit_get
 SELECT limit_key, max_running, rate, period_s, resume_max_running, updated_at, updated_by
