@@ -350,10 +350,13 @@ async def test_a_renewing_source_hands_out_a_task_whose_lease_renewal_covers_the
 
 
 async def test_local_source_renew_extends_its_lease_and_refuses_any_other(db: StateDB) -> None:
-    task_id = await submit(db)
-    never = await submit(db)
+    first, second = await submit(db), await submit(db)
     src = source(db)
     task = await claim(src)
+    # Admitted at the same clock reading, either may come first in claim order (its id's
+    # random tail decides): the one claimed is renewed, the other never was leased.
+    task_id = task.id
+    never = second if task_id == first else first
     claimed_expiry = src.claimed(task_id).lease.lease_expires_at
     assert await src.renew(task_id, task.lease_id) == ACCEPTED
     row = await taskward.get_task(db, task_id)
