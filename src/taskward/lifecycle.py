@@ -64,8 +64,10 @@ REASON_CODES: Final[frozenset[str]] = frozenset(
         "summary_failed",  # the durable summary could not be written before complete
         "cancelled",  # queued/waiting/retry_wait -> cancelled on request
         "cancel_acknowledged",  # running -> cancelled: adapter acknowledged the request
-        "dependency_wait",  # queued -> waiting_dependency (reserved)
-        "dependency_ready",  # waiting_dependency -> queued (reserved)
+        "dependencies_pending",  # R21: queued -> waiting_dependency at admission
+        "dependencies_met",  # R21: waiting_dependency -> queued, every dependency completed
+        "dependency_failed",  # R21: -> skipped, a dependency ended other than completed
+        "result_not_serializable",  # R22: running -> failed, the return value is not JSON
         "skipped",  # -> skipped
         "operator",  # an audited operator action
     }

@@ -58,6 +58,7 @@ EXPECTED_RUN_COLUMNS = {
     "claim_rank",
     "max_attempts",
     "limit_key",
+    "has_dependents",
 }
 EXPECTED_FACT_COLUMNS = {
     "id",
@@ -84,6 +85,7 @@ EXPECTED_INDEXES = {
     "idx_schedule_runs_running_concurrency",
     "idx_status_transitions_idempotency",
     "idx_schedule_runs_claim_rank",
+    "idx_task_dependencies_on",
 }
 
 
