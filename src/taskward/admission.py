@@ -20,7 +20,9 @@ from taskward.adapters import build_registry
 from taskward.canonical import canonical_json, dumps
 from taskward.capabilities import host_scoped_concurrency_key, normalize_capabilities
 from taskward.errors import TaskIdempotencyConflict, TaskValidationError
+from taskward.dependencies import link_admitted
 from taskward.fields import (
+    check_depends_on,
     check_limit_key,
     check_max_attempts,
     check_priority,
@@ -65,6 +67,8 @@ class AdmittedApplication(NamedTuple):
     priority: int = 0
     max_attempts: int | None = None
     limit_key: str | None = None
+    # R21: the ids this task depends on, sorted and de-duplicated.
+    depends_on: tuple[str, ...] = ()
 
 
 def _optional_text(field: str, value: object) -> str | None:
@@ -164,6 +168,7 @@ def application_hash_of(
     priority: int = 0,
     max_attempts: int | None = None,
     limit_key: str | None = None,
+    depends_on: Sequence[str] = (),
 ) -> str:
     """``sha256:<hex>`` of the canonical JSON of the six hashed fields (ADR-0072 D2), plus each
     R15 field that is not at its default, under its own name (so an application that uses none
@@ -178,8 +183,9 @@ def application_hash_of(
     ceiling = f',"max_attempts":{max_attempts}' if max_attempts is not None else ""
     rank = f',"priority":{priority}' if priority != 0 else ""
     after = f',"run_after":{canonical_json(run_after)}' if run_after is not None else ""
+    links = f',"depends_on":{canonical_json(list(depends_on))}' if depends_on else ""
     envelope = (
-        f'{{"action_kind":{_json_text(action_kind)},"args":{args_json},'
+        f'{{"action_kind":{_json_text(action_kind)},"args":{args_json}{links},'
         f'"execution_target":{_json_text(execution_target)},'
         f'"library_content_hash":{_json_text(library_content_hash)},'
         f'"library_ref":{_json_text(library_ref)}{limit}{ceiling}{rank},'
@@ -261,6 +267,7 @@ def validate_application(
     priority = app.priority
     max_attempts = app.max_attempts
     limit_key = app.limit_key
+    depends_on = check_depends_on("depends_on", app.depends_on)
     if run_after is not None:
         run_after = check_run_after("run_after", run_after)
     if priority != 0 or type(priority) is not int:
@@ -280,6 +287,7 @@ def validate_application(
         priority=priority,
         max_attempts=max_attempts,
         limit_key=limit_key,
+        depends_on=depends_on,
     )
     if max_attempts is None:
         # R18: the kind's default ceiling is stored on the row, not hashed: it is the
@@ -302,6 +310,7 @@ def validate_application(
         priority=priority,
         max_attempts=max_attempts,
         limit_key=limit_key,
+        depends_on=depends_on,
     )
 
 
@@ -354,6 +363,8 @@ async def admit_task(
     Raises: as ``submit_task``.
     """
     admitted = validate_admission(app, registry, admission_source)
+    if admitted.depends_on:
+        return await _admit_with_dependencies(db, admitted, admission_source, schedule_id, now)
     # One statement, its own transaction (R8): INSERT ... ON CONFLICT DO NOTHING. Only when it
     # inserted nothing is the existing row read and its hash compared.
     params = insert_params(admitted, admission_source, schedule_id, now)
@@ -361,6 +372,32 @@ async def admit_task(
         db.wake("queued")
         return Admission(task_id=params["id"], created=True)
     existing = await db.fetchone("run_get_by_key", {"idempotency_key": admitted.idempotency_key})
+    return replayed_admission(admitted, existing)
+
+
+async def _admit_with_dependencies(
+    db: StateDB,
+    admitted: AdmittedApplication,
+    admission_source: str,
+    schedule_id: str | None,
+    now: float | None,
+) -> Admission:
+    """``admit_task`` for an application with ``depends_on`` (R21): the insert, the links and
+    the first readiness move in one transaction (``dependencies.link_admitted``); a replayed
+    key links nothing (its task was linked when it was admitted)."""
+    params = insert_params(admitted, admission_source, schedule_id, None)
+    del params["now"]  # the statement's time is the transaction's
+    async with db.transaction(now=now) as tx:
+        if await tx.execute("run_insert_if_new", params):
+            after = await link_admitted(
+                tx, [(params["id"], admitted.depends_on, admitted.run_after)]
+            )
+            if after[params["id"]] == "queued":
+                tx.notify("queued")
+            return Admission(task_id=params["id"], created=True)
+        existing = await tx.fetchone(
+            "run_get_by_key", {"idempotency_key": admitted.idempotency_key}
+        )
     return replayed_admission(admitted, existing)
 
 
@@ -474,8 +511,10 @@ async def submit_tasks(
         for params in rows:
             del params["now"]  # the statement's time is the transaction's
         [inserted] = await tx.write_many([("run_insert_many_if_new", rows)])
+        new_ids: set[str] = set()
         if inserted == len(unique):
             ids = {a.idempotency_key: row["id"] for a, row in zip(unique, rows, strict=True)}
+            new_ids = set(ids.values())
         else:
             # Some key was taken: the row holding each key says whose it is (ours carries the
             # id we made; another's must hold the same application).
@@ -487,6 +526,15 @@ async def submit_tasks(
                 if row["id"] != ours["id"] and row["application_hash"] != item.application_hash:
                     raise TaskIdempotencyConflict(item.idempotency_key, row["id"])
                 ids[item.idempotency_key] = row["id"]
+                if row["id"] == ours["id"]:
+                    new_ids.add(row["id"])
+        links = [
+            (ids[a.idempotency_key], a.depends_on, a.run_after)
+            for a in unique
+            if a.depends_on and ids[a.idempotency_key] in new_ids
+        ]
+        if links:  # R21: the new rows with dependencies, linked and moved in this transaction
+            await link_admitted(tx, links)
         if inserted:
             tx.notify("queued")
     return [ids[a.idempotency_key] for a in admitted]

@@ -113,8 +113,41 @@ def check_limit_key(field: str, value: object) -> str | None:
     return value
 
 
+# R21: how many tasks one task may depend on. A fan-in over a thousand parents fits; the ids
+# join the application's hash (sorted), so the bound also bounds what is hashed and stored.
+MAX_DEPENDENCIES: Final = 1000
+MAX_TASK_ID_LENGTH: Final = 64
+DEPENDS_ON_ALLOWED: Final = (
+    f"a list of at most {MAX_DEPENDENCIES} task ids (strings of 1..{MAX_TASK_ID_LENGTH} "
+    "printable characters), each an existing task"
+)
+
+
+def check_depends_on(field: str, value: object) -> tuple[str, ...]:
+    """R21: a list of task ids, returned sorted and de-duplicated (R15: the form that is hashed
+    and stored). Whether each id exists is the admission transaction's check (it locks them)."""
+    if (type(value) is list or type(value) is tuple) and not value:
+        return ()
+    if not isinstance(value, list | tuple | set | frozenset):
+        raise TaskValidationError(field, type(value).__name__, DEPENDS_ON_ALLOWED)
+    if len(value) > MAX_DEPENDENCIES:
+        raise TaskValidationError(field, f"{len(value)} ids", DEPENDS_ON_ALLOWED)
+    for item in value:
+        if (
+            not isinstance(item, str)
+            or not item
+            or len(item) > MAX_TASK_ID_LENGTH
+            or not item.isprintable()
+            or item != item.strip()
+        ):
+            raise TaskValidationError(field, item, DEPENDS_ON_ALLOWED)
+    return tuple(sorted(set(value)))
+
+
 __all__ = [
+    "MAX_DEPENDENCIES",
     "check_delay",
+    "check_depends_on",
     "check_limit_key",
     "check_max_attempts",
     "check_priority",

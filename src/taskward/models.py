@@ -106,6 +106,9 @@ class TaskApplication:
     """R18: 1..100, this task's attempt ceiling (None: its kind's default, else the queue's)."""
     limit_key: str | None = None
     """R20: a limit key beside the implicit ``kind:<action_kind>`` (e.g. ``tenant:acme``)."""
+    depends_on: list[str] = field(default_factory=list)
+    """R21: ids of existing tasks this one runs after: it waits (``waiting_dependency``) until
+    every one has ``completed``, and is skipped (``dependency_failed``) if one ends otherwise."""
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -372,6 +372,8 @@ async def test_run_once_adds_the_deadlines_to_the_recovery(db: StateDB) -> None:
         "cancelled": 0,
         "skipped": 0,
         "timed_out": 1,
+        "dependencies_met": 0,
+        "dependency_failed": 0,
     }
     assert (await row(db, overdue))["status"] == "timed_out"
 

@@ -20,13 +20,13 @@ The named requests, guards and patches of every maintenance edge are the one wri
   cancelled``, then the skip of a row it queued at the ceiling (read after its promotions).
 - ``deadlines`` -> ``service``, ``edges``: ``DeadlineReaper``, ``running -> timed_out``.
 - ``composite`` -> the services: ``Maintenance``, which runs leases, then retries
-  (``recover_once``) and then the deadlines (``run_once``), and the
+  (``recover_once``) and then the deadlines and dependencies (``run_once``), and the
   function surface of before (``reap_expired_leases`` and the rest), one call into each.
 - ``reaper``: re-exports that function surface where it has always been imported from.
 
-Next: a dependency-readiness service (DESIGN.md R21, ``waiting_dependency -> queued | skipped``
-once a dependency ends) joins as one more module with the same ``run_once`` shape and a field
-of ``Maintenance``.
+- ``dependencies`` -> ``service``: ``DependencyPromoter``, R21's ``waiting_dependency -> queued |
+  skipped`` for every waiting task the readiness rule moves (the safety net behind the settle
+  a dependency's own terminal transaction does); its moves are ``transitions.readiness``'s.
 """
 
 from taskward.maintenance.composite import (
@@ -36,6 +36,7 @@ from taskward.maintenance.composite import (
     reap_expired_leases,
 )
 from taskward.maintenance.deadlines import DEFAULT_DEADLINE_GRACE_SECONDS, DeadlineReaper
+from taskward.maintenance.dependencies import DependencyPromoter
 from taskward.maintenance.leases import LeaseReaper
 from taskward.maintenance.retries import RetryPromoter
 from taskward.maintenance.service import REAP_BATCH, MaintenanceService
@@ -46,6 +47,7 @@ __all__ = [
     "REAPER",
     "REAP_BATCH",
     "DeadlineReaper",
+    "DependencyPromoter",
     "Edge",
     "LeaseReaper",
     "Maintenance",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from taskward.claims import DEFAULT_HEARTBEAT_TTL_SECONDS
 from taskward.execution import RetryPolicy
 from taskward.maintenance.deadlines import DEFAULT_DEADLINE_GRACE_SECONDS, DeadlineReaper
+from taskward.maintenance.dependencies import DependencyPromoter
 from taskward.maintenance.leases import LeaseReaper
 from taskward.maintenance.retries import RetryPromoter
 from taskward.maintenance.service import REAP_BATCH
@@ -19,11 +20,12 @@ from taskward.store.port import StateDB
 @dataclass(frozen=True)
 class Maintenance:
     """Every maintenance service of one process. ``recover_once`` runs leases, then retries;
-    ``run_once`` runs it, then the deadlines."""
+    ``run_once`` runs it, then the deadlines, then dependency readiness (R21)."""
 
     leases: LeaseReaper = field(default_factory=LeaseReaper)
     retries: RetryPromoter = field(default_factory=RetryPromoter)
     deadlines: DeadlineReaper = field(default_factory=DeadlineReaper)
+    dependencies: DependencyPromoter = field(default_factory=DependencyPromoter)
 
     async def recover_once(self, db: StateDB, *, now: float | None = None) -> dict[str, int]:
         """Expired leases, then due retries, both at one ``now``; each row is judged by its own
@@ -40,13 +42,16 @@ class Maintenance:
         return counts
 
     async def run_once(self, db: StateDB, *, now: float | None = None) -> dict[str, int]:
-        """``recover_once``, then the deadlines (each at the store's time when ``now`` is None).
+        """``recover_once``, then the deadlines, then dependency readiness (each at the store's
+        time when ``now`` is None).
 
         Returns:
-            ``recover_once``'s counts and ``timed_out``.
+            ``recover_once``'s counts, ``timed_out``, ``dependencies_met`` and
+            ``dependency_failed``.
         """
         counts = await self.recover_once(db, now=now)
         counts.update(await self.deadlines.run_once(db, now=now))
+        counts.update(await self.dependencies.run_once(db, now=now))
         return counts
 
 

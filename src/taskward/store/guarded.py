@@ -30,6 +30,7 @@ _RETURNABLE = (
         "execution_target",
         "idempotency_key",
         "created_at",
+        "has_dependents",  # R21: a terminal write settles the dependents of a row that has any
     }
 )
 

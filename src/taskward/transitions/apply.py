@@ -23,7 +23,9 @@ from taskward.errors import TaskNotFound, TransitionIdempotencyConflict
 from taskward.ids import new_id
 from taskward.models import TransitionRequest, TransitionResult, constructed
 from taskward.store.guarded import update_shape
+from taskward.lifecycle import is_terminal
 from taskward.store.port import ConcurrencyKeyBusy, KeyAlreadyUsed, Row, StateDB, Tx
+from taskward.transitions.readiness import settle_moves
 from taskward.transitions.requests import lease_id
 from taskward.transitions.rows import Move, audit_rows
 
@@ -63,8 +65,10 @@ async def apply(
         if k == len(rounds):
             rounds.append([])
         rounds[k].append(index)
-    wanted = _returned(returning)
+    ending = any(is_terminal(move.to_state) for move in moves)
+    wanted = _returned(returning, ending)
     queued = False
+    with_dependents: list[str] = []
     for round_indexes in rounds:
         changed = await _compare_and_swap(tx, moves, round_indexes, wanted, one_shape)
         facts: list[dict[str, Any]] = []
@@ -93,6 +97,8 @@ async def apply(
                 updated,
             )
             queued = queued or move.to_state == "queued"
+            if ending and updated.get("has_dependents") and is_terminal(move.to_state):
+                with_dependents.append(move.update[0])
         if keys:
             await write_audit_rows(
                 tx,
@@ -101,7 +107,19 @@ async def apply(
             )
     if queued:
         wake_queued(tx)
+    if with_dependents:
+        await settle_dependents(tx, with_dependents)
     return [result for result in results if result is not None]
+
+
+async def settle_dependents(tx: Tx, ended: Sequence[str]) -> None:
+    """R21, in the transaction that ended the tasks ``ended`` (each has dependents): move their
+    waiting dependents as the readiness rule says (``readiness.settle_moves``), through ``apply``
+    itself, so a dependent skipped here settles its own dependents in turn (the cascade of
+    ``dependency_failed``)."""
+    moves = await settle_moves(tx, dependency_ids=ended)
+    if moves:
+        await apply(tx, moves)
 
 
 async def _compare_and_swap(
@@ -141,11 +159,16 @@ def wake_queued(tx: Tx) -> None:
     tx.notify("queued")
 
 
-def _returned(returning: Sequence[str]) -> tuple[str, ...]:
-    """``returning`` plus the lease columns the fact's lease id needs."""
+def _returned(returning: Sequence[str], ending: bool) -> tuple[str, ...]:
+    """``returning`` plus the lease columns the fact's lease id needs, and, when a move ends its
+    task, ``has_dependents`` (R21: whether it has dependents to settle)."""
     if "*" in returning:
         return tuple(returning)
-    return (*returning, *(c for c in ("leased_by", "lease_attempts") if c not in returning))
+    extra = ("leased_by", "lease_attempts", "has_dependents") if ending else _LEASE_COLUMNS
+    return (*returning, *(c for c in extra if c not in returning))
+
+
+_LEASE_COLUMNS: Final = ("leased_by", "lease_attempts")
 
 
 async def write_audit_rows(

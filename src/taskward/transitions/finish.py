@@ -21,7 +21,13 @@ from taskward.ids import new_id
 from taskward.lifecycle import is_terminal
 from taskward.models import Actor, StateReason, TransitionRequest, TransitionResult
 from taskward.store.port import KeyAlreadyUsed, Params, Row, Tx
-from taskward.transitions.apply import applied_move, apply, lost, wake_queued
+from taskward.transitions.apply import (
+    applied_move,
+    apply,
+    lost,
+    settle_dependents,
+    wake_queued,
+)
 from taskward.transitions.claim import ClaimedRows, claim_call, claimed_rows
 from taskward.transitions.requests import (
     ATTEMPT_MARK,
@@ -264,7 +270,7 @@ def _finish_call(
 async def finish_results(tx: Tx, call: FinishCall, rows: list[Row]) -> list[TransitionResult]:
     """What ``run_finish_batch`` answered for ``call``, one result per build in order: a row the
     compare-and-swap did not change gets ``lost``'s answer; a taken transition key raises
-    KeyAlreadyUsed."""
+    KeyAlreadyUsed. Rows that have dependents get them settled here, in ``tx`` (R21)."""
     written = {row["id"]: row["fact_written"] for row in rows}
     first = call.resolved[0]
     results: list[TransitionResult] = []
@@ -282,6 +288,9 @@ async def finish_results(tx: Tx, call: FinishCall, rows: list[Row]) -> list[Tran
         results.append(applied_move("running", first.to_state, fact_id, event_id))
     if first.to_state == "queued" and any(result.applied for result in results):
         wake_queued(tx)
+    ended = [row["id"] for row in rows if row.get("has_dependents")]
+    if ended:  # R21: as ``apply`` does after a terminal write, in this same transaction
+        await settle_dependents(tx, ended)
     return results
 
 

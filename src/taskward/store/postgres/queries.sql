@@ -327,7 +327,9 @@ LEFT JOIN u ON true;
 --   evidence (finish_template), hashed here; a taken transition key fails the statement, as in
 --   run_claim_batch (KeyAlreadyUsed; fact_written is always true);
 -- notification: its dedup key names the fact just inserted, so it cannot be taken once that
---   insert succeeded: a plain insert too.
+--   insert succeeded: a plain insert too;
+-- has_dependents: R21, the rows whose dependents the caller settles in this transaction
+--   (transitions.finish.finish_results).
 WITH v AS MATERIALIZED (
   SELECT r.*, r.evidence::jsonb AS refs, :from_state::text AS g_status
   FROM unnest(:ids::text[], :attempts::integer[], :exit_codes::integer[], :evidence::text[],
@@ -344,6 +346,7 @@ WITH v AS MATERIALIZED (
     AND schedule_runs.leased_by = :worker_id::text
     AND schedule_runs.lease_attempts = v.g_attempt
   RETURNING schedule_runs.id, schedule_runs.leased_by, schedule_runs.lease_attempts,
+            schedule_runs.has_dependents,
             v.g_attempt, v.evidence, v.refs, v.fact_id, v.event_id, v.outbox_id
 ), fact AS (
   INSERT INTO status_transitions (
@@ -381,7 +384,7 @@ WITH v AS MATERIALIZED (
   FROM u
   WHERE outbox_id IS NOT NULL
 )
-SELECT u.id, u.fact_id, u.event_id, true AS fact_written
+SELECT u.id, u.fact_id, u.event_id, true AS fact_written, u.has_dependents
 FROM u;
 
 -- name: run_next_due
@@ -1151,3 +1154,81 @@ SELECT 1 AS revoked FROM revoked_sessions WHERE session_id = :session_id;
 -- name: session_revocations_purge
 -- Revocations of sessions that have expired on their own (the cookie is refused anyway).
 DELETE FROM revoked_sessions WHERE expires_at <= :now;
+
+-- name: run_mark_dependencies
+-- R21 admission (dependencies.link_admitted): mark the tasks :ids (a JSON array) as having
+-- dependents and answer each one's status; an id not returned does not exist. The update is the
+-- lock that orders this admission against each dependency's own end: a terminal write of a
+-- dependency either commits first (and this statement, waiting for its row, then reads it
+-- ended) or waits for this admission to commit (and then reads has_dependents and settles the
+-- new dependent in its own transaction).
+UPDATE schedule_runs SET has_dependents = true
+WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb))
+RETURNING id, status;
+
+-- name: task_dependency_insert_many
+-- R21: one link per (dependent, dependency), in the dependent's admission transaction.
+INSERT INTO task_dependencies (task_id, depends_on_id, created_at)
+SELECT r.task_id, r.depends_on_id, :now
+FROM unnest(:task_id::text[], :depends_on_id::text[]) AS r(task_id, depends_on_id);
+
+-- name: dependents_waiting
+-- R21 (transitions.readiness): the waiting dependents of the tasks :ids that just ended,
+-- locked in id order (LockRows sits above the sort); the dependency statuses are read after,
+-- in a statement of their own, so they are at least as new as the lock.
+SELECT r.id, r.run_after FROM schedule_runs r
+WHERE r.id IN (SELECT d.task_id FROM task_dependencies d
+               WHERE d.depends_on_id IN (SELECT jsonb_array_elements_text(:ids::jsonb)))
+  AND r.status = 'waiting_dependency'
+ORDER BY r.id
+FOR UPDATE OF r;
+
+-- name: waiting_among
+-- R21: which of the tasks :ids are still waiting for their dependencies, locked in id order.
+SELECT id, run_after FROM schedule_runs
+WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb)) AND status = 'waiting_dependency'
+ORDER BY id
+FOR UPDATE;
+
+-- name: dependency_statuses
+-- R21: every dependency of the tasks :ids with its status, read after the dependents' lock.
+SELECT d.task_id, d.depends_on_id, r.status
+FROM task_dependencies d JOIN schedule_runs r ON r.id = d.depends_on_id
+WHERE d.task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb))
+ORDER BY d.task_id, d.depends_on_id;
+
+-- name: dependencies_settleable
+-- R21's maintenance pass: waiting tasks the rule moves now (no dependency still active, or one
+-- ended otherwise than completed), oldest first, at most :limit. A safety net: the end of a
+-- dependency settles its dependents in its own transaction.
+SELECT w.id FROM schedule_runs w
+WHERE w.status = 'waiting_dependency'
+  AND (NOT EXISTS (SELECT 1 FROM task_dependencies d JOIN schedule_runs p ON p.id = d.depends_on_id
+                   WHERE d.task_id = w.id
+                     AND p.status IN ('queued', 'waiting_dependency', 'running', 'retry_wait'))
+       OR EXISTS (SELECT 1 FROM task_dependencies d JOIN schedule_runs p ON p.id = d.depends_on_id
+                  WHERE d.task_id = w.id
+                    AND p.status IN ('failed', 'timed_out', 'skipped', 'cancelled')))
+ORDER BY w.queued_at, w.id
+LIMIT :limit;
+
+-- name: task_parents
+-- R21: the tasks :id depends on, with their states (task tree, GET /api/tasks/{id}/dependencies).
+SELECT r.id, r.action_kind, r.status, r.idempotency_key, r.created_at, r.ended_at
+FROM task_dependencies d JOIN schedule_runs r ON r.id = d.depends_on_id
+WHERE d.task_id = :id
+ORDER BY r.id
+LIMIT :limit;
+
+-- name: task_children
+-- R21: the tasks that depend on :id, with their states.
+SELECT r.id, r.action_kind, r.status, r.idempotency_key, r.created_at, r.ended_at
+FROM task_dependencies d JOIN schedule_runs r ON r.id = d.task_id
+WHERE d.depends_on_id = :id
+ORDER BY r.id
+LIMIT :limit;
+
+-- name: run_any_waiting
+-- R21: whether any task waits for its dependencies (a burst worker keeps serving while one
+-- does). One probe of idx_schedule_runs_queue (status, queued_at).
+SELECT id FROM schedule_runs WHERE status = 'waiting_dependency' LIMIT 1;

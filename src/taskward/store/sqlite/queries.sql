@@ -922,3 +922,75 @@ SELECT 1 AS revoked FROM revoked_sessions WHERE session_id = :session_id;
 -- name: session_revocations_purge
 -- Revocations of sessions that have expired on their own (the cookie is refused anyway).
 DELETE FROM revoked_sessions WHERE expires_at <= :now;
+
+-- name: run_mark_dependencies
+-- R21 admission (dependencies.link_admitted): mark the tasks :ids (a JSON array) as having
+-- dependents and answer each one's status; an id not returned does not exist. On PostgreSQL
+-- the same statement is the lock that orders the admission against the dependency's own end.
+UPDATE schedule_runs SET has_dependents = 1
+WHERE id IN (SELECT value FROM json_each(:ids))
+RETURNING id, status;
+
+-- name: task_dependency_insert_many
+-- R21: one link per (dependent, dependency), in the dependent's admission transaction.
+INSERT INTO task_dependencies (task_id, depends_on_id, created_at)
+VALUES (:task_id, :depends_on_id, :now);
+
+-- name: dependents_waiting
+-- R21 (transitions.readiness): the waiting dependents of the tasks :ids that just ended, in id
+-- order (PostgreSQL locks them in that order; SQLite's transactions are serial).
+SELECT r.id, r.run_after FROM schedule_runs r
+WHERE r.id IN (SELECT d.task_id FROM task_dependencies d
+               WHERE d.depends_on_id IN (SELECT value FROM json_each(:ids)))
+  AND r.status = 'waiting_dependency'
+ORDER BY r.id;
+
+-- name: waiting_among
+-- R21: which of the tasks :ids are still waiting for their dependencies, in id order (locked
+-- on PostgreSQL, as dependents_waiting).
+SELECT id, run_after FROM schedule_runs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'waiting_dependency'
+ORDER BY id;
+
+-- name: dependency_statuses
+-- R21: every dependency of the tasks :ids with its status, read after the dependents' lock.
+SELECT d.task_id, d.depends_on_id, r.status
+FROM task_dependencies d JOIN schedule_runs r ON r.id = d.depends_on_id
+WHERE d.task_id IN (SELECT value FROM json_each(:ids))
+ORDER BY d.task_id, d.depends_on_id;
+
+-- name: dependencies_settleable
+-- R21's maintenance pass: waiting tasks the rule moves now (no dependency still active, or one
+-- ended otherwise than completed), oldest first, at most :limit. A safety net: the end of a
+-- dependency settles its dependents in its own transaction.
+SELECT w.id FROM schedule_runs w
+WHERE w.status = 'waiting_dependency'
+  AND (NOT EXISTS (SELECT 1 FROM task_dependencies d JOIN schedule_runs p ON p.id = d.depends_on_id
+                   WHERE d.task_id = w.id
+                     AND p.status IN ('queued', 'waiting_dependency', 'running', 'retry_wait'))
+       OR EXISTS (SELECT 1 FROM task_dependencies d JOIN schedule_runs p ON p.id = d.depends_on_id
+                  WHERE d.task_id = w.id
+                    AND p.status IN ('failed', 'timed_out', 'skipped', 'cancelled')))
+ORDER BY w.queued_at, w.id
+LIMIT :limit;
+
+-- name: task_parents
+-- R21: the tasks :id depends on, with their states (task tree, GET /api/tasks/{id}/dependencies).
+SELECT r.id, r.action_kind, r.status, r.idempotency_key, r.created_at, r.ended_at
+FROM task_dependencies d JOIN schedule_runs r ON r.id = d.depends_on_id
+WHERE d.task_id = :id
+ORDER BY r.id
+LIMIT :limit;
+
+-- name: task_children
+-- R21: the tasks that depend on :id, with their states.
+SELECT r.id, r.action_kind, r.status, r.idempotency_key, r.created_at, r.ended_at
+FROM task_dependencies d JOIN schedule_runs r ON r.id = d.task_id
+WHERE d.depends_on_id = :id
+ORDER BY r.id
+LIMIT :limit;
+
+-- name: run_any_waiting
+-- R21: whether any task waits for its dependencies (a burst worker keeps serving while one
+-- does). One probe of idx_schedule_runs_queue (status, queued_at).
+SELECT id FROM schedule_runs WHERE status = 'waiting_dependency' LIMIT 1;
