@@ -19,8 +19,8 @@ from typing import Any, Final, NamedTuple
 from taskward.adapters import build_registry
 from taskward.canonical import canonical_json, dumps
 from taskward.capabilities import host_scoped_concurrency_key, normalize_capabilities
-from taskward.errors import TaskIdempotencyConflict, TaskValidationError
 from taskward.dependencies import link_admitted
+from taskward.errors import TaskIdempotencyConflict, TaskValidationError
 from taskward.fields import (
     check_depends_on,
     check_limit_key,

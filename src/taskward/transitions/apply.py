@@ -21,9 +21,9 @@ from typing import Any, Final
 from taskward.canonical import dumps
 from taskward.errors import TaskNotFound, TransitionIdempotencyConflict
 from taskward.ids import new_id
+from taskward.lifecycle import is_terminal
 from taskward.models import TransitionRequest, TransitionResult, constructed
 from taskward.store.guarded import update_shape
-from taskward.lifecycle import is_terminal
 from taskward.store.port import ConcurrencyKeyBusy, KeyAlreadyUsed, Row, StateDB, Tx
 from taskward.transitions.readiness import settle_moves
 from taskward.transitions.requests import lease_id
