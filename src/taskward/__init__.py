@@ -14,6 +14,7 @@ from taskward.capabilities import (
     worker_can_serve,
 )
 from taskward.client import SyncClient
+from taskward.dependencies import task_dependencies
 from taskward.errors import (
     AdapterNotRegistered,
     InvalidTransition,
@@ -48,6 +49,7 @@ from taskward.resubmit import retry_task
 from taskward.store import StateDB, open_db
 from taskward.transitions import transition_task
 from taskward.worker import claim_and_execute, reap_expired_leases, register_heartbeat, worker_tick
+from taskward.workflows import Step, Workflow
 
 __all__ = [
     "CAPABILITY_CLASSES",
@@ -64,6 +66,7 @@ __all__ = [
     "StateDB",
     "StateReason",
     "Status",
+    "Step",
     "StoreError",
     "StoreUnavailable",
     "SyncClient",
@@ -79,6 +82,7 @@ __all__ = [
     "TransitionIdempotencyConflict",
     "TransitionRequest",
     "TransitionResult",
+    "Workflow",
     "affinity_score",
     "build_registry",
     "cancel_task",
@@ -96,6 +100,7 @@ __all__ = [
     "retry_task",
     "submit_tasks",
     "task",
+    "task_dependencies",
     "transition_task",
     "worker_can_serve",
     "worker_tick",
