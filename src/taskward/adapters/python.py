@@ -196,16 +196,11 @@ def _check_bind(fn: Callable[..., Any], kwargs: dict[str, Any], field: str, kind
 
 
 async def _with_context(
-    fn: Callable[..., Any],
-    kwargs: dict[str, Any],
-    task: Mapping[str, Any],
-    cancellation: CancellationToken,
+    name: str, kwargs: dict[str, Any], task: Mapping[str, Any], cancellation: CancellationToken
 ) -> dict[str, Any]:
-    """``kwargs`` with the function's ``TaskContext`` (R22) when it declares one; only then are
-    the dependencies' results read (``task["dependency_results"]``, the worker's loader)."""
-    name = context_parameter(fn)
-    if name is None:
-        return kwargs
+    """``kwargs`` with the ``TaskContext`` (R22) under ``name``, the function's parameter; the
+    dependencies' results are read here (``task["dependency_results"]``, the worker's loader),
+    for a function that declares the parameter only."""
     load = task.get("dependency_results")
     results = await load() if load is not None else {}
     context = TaskContext(
@@ -224,17 +219,21 @@ async def _call_with_context(
     task: Mapping[str, Any],
     cancellation: CancellationToken,
     *,
+    context: str | None,
     policy: KindRetryPolicy | None,
     max_result_bytes: int,
 ) -> TaskExecutionResult:
-    try:
-        kwargs = await _with_context(fn, kwargs, task, cancellation)
-    except Exception as exc:  # the store could not be read: another attempt may
-        return TaskExecutionResult(
-            status="failed",
-            retryable=True,
-            error_detail=f"task context not built: the dependencies' results: {exc!r}",
-        )
+    """``run_callable``, with the ``TaskContext`` under ``context`` when the function declares
+    one (a function without it pays nothing: no read, no context)."""
+    if context is not None:
+        try:
+            kwargs = await _with_context(context, kwargs, task, cancellation)
+        except Exception as exc:  # the store could not be read: another attempt may
+            return TaskExecutionResult(
+                status="failed",
+                retryable=True,
+                error_detail=f"task context not built: the dependencies' results: {exc!r}",
+            )
     return await run_callable(
         fn, kwargs, cancellation, policy=policy, max_result_bytes=max_result_bytes
     )
@@ -259,6 +258,8 @@ class PythonFunctionAdapter:
         self.action_kind = kind
         self.fn = fn
         self.max_result_bytes = max_result_bytes
+        # R22: the parameter that takes the TaskContext, read once (None: it has none).
+        self.context = context_parameter(fn)
         self.target = f"{fn.__module__}:{fn.__name__}"
         self.retry_policy = retry_policy if retry_policy is not None else task_retry_policy(fn)
 
@@ -276,11 +277,20 @@ class PythonFunctionAdapter:
             _check_bind(self.fn, kwargs, "args", self.action_kind)
         except TaskValidationError as exc:
             return TaskExecutionResult(status="failed", error_detail=str(exc))
+        if self.context is None:
+            return await run_callable(
+                self.fn,
+                kwargs,
+                cancellation,
+                policy=self.retry_policy,
+                max_result_bytes=self.max_result_bytes,
+            )
         return await _call_with_context(
             self.fn,
             kwargs,
             task,
             cancellation,
+            context=self.context,
             policy=self.retry_policy,
             max_result_bytes=self.max_result_bytes,
         )
@@ -437,6 +447,7 @@ class PythonAdapter:
             kwargs,
             task,
             cancellation,
+            context=context,
             policy=None,
             max_result_bytes=self.max_result_bytes,
         )
