@@ -4,7 +4,7 @@ One typed, idempotent admission function; one table of runs with a closed nine-s
 owned by one compare-and-swap transition function; leased workers that route by capability.
 """
 
-from taskward.adapters import AdapterConfig, build_registry, task
+from taskward.adapters import AdapterConfig, TaskContext, build_registry, task
 from taskward.admission import submit_task, submit_tasks
 from taskward.cancellation import cancel_task, request_task_cancel
 from taskward.capabilities import (
@@ -21,6 +21,7 @@ from taskward.errors import (
     StoreError,
     StoreUnavailable,
     TaskIdempotencyConflict,
+    TaskNotCompleted,
     TaskNotFound,
     TaskNotRetryable,
     TaskValidationError,
@@ -46,6 +47,7 @@ from taskward.registry import (
     TaskExecutionResult,
 )
 from taskward.resubmit import retry_task
+from taskward.results import get_task_result
 from taskward.store import StateDB, open_db
 from taskward.transitions import transition_task
 from taskward.worker import claim_and_execute, reap_expired_leases, register_heartbeat, worker_tick
@@ -73,8 +75,10 @@ __all__ = [
     "TaskAdapter",
     "TaskAdapterRegistry",
     "TaskApplication",
+    "TaskContext",
     "TaskExecutionResult",
     "TaskIdempotencyConflict",
+    "TaskNotCompleted",
     "TaskNotFound",
     "TaskNotRetryable",
     "TaskValidationError",
@@ -88,6 +92,7 @@ __all__ = [
     "cancel_task",
     "claim_and_execute",
     "get_task",
+    "get_task_result",
     "host_scoped_concurrency_key",
     "list_task_events",
     "list_tasks",

@@ -9,10 +9,10 @@ synchronous path: the same validation and hash (``admission.validate_admission``
 (``admission.replayed_admission``). Idle workers learn of the new row as they do of any other
 process's: NOTIFY on PostgreSQL (in the statement), polling on SQLite.
 
-The rest of the API -- bulk admission, reads, cancellation -- runs the async functions
-themselves on a private event loop on a thread of the client's own, over an async store opened
-on the first such call (a portal: no second implementation of any of them). Those calls block
-the calling thread; inside a running event loop, await the async API instead.
+The rest of the API -- bulk admission, reads, results (R22), cancellation -- runs the async
+functions themselves on a private event loop on a thread of the client's own, over an async
+store opened on the first such call (a portal: no second implementation of any of them). Those
+calls block the calling thread; inside a running event loop, await the async API instead.
 
 Threads may share one client (each statement is its own transaction; on SQLite each thread
 has its own connection, on PostgreSQL a pool serves them). A process forked after the client
@@ -43,6 +43,7 @@ from taskward.errors import StoreError
 from taskward.models import Actor, CancelResult, TaskApplication
 from taskward.reads import get_task, list_tasks, list_transitions
 from taskward.registry import TaskAdapterRegistry
+from taskward.results import get_task_result
 from taskward.store.open import check_url, open_db, open_sync_db, resolve_url
 from taskward.store.port import Row, StateDB, SyncStatements
 
@@ -194,6 +195,11 @@ class SyncClient:
     def get_task(self, task_id: str) -> Row:
         """``taskward.get_task``: the task's row; TaskNotFound when there is none."""
         return self._call(lambda db: get_task(db, task_id))
+
+    def get_task_result(self, task_id: str) -> Any:
+        """``taskward.get_task_result``: the completed task's decoded return value (R22);
+        TaskNotFound when there is no such task, TaskNotCompleted when it is not completed."""
+        return self._call(lambda db: get_task_result(db, task_id))
 
     def list_transitions(self, task_id: str) -> list[Row]:
         """``taskward.list_transitions``: the task's transition facts, oldest first."""

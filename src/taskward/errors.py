@@ -8,6 +8,7 @@
     ├── TaskIdempotencyConflict(ValueError)  same admission key, different application hash
     ├── TransitionIdempotencyConflict(ValueError)  same transition key, different request
     ├── TaskNotFound(LookupError)            no schedule_runs row with that id
+    ├── TaskNotCompleted(LookupError)        R22: no result to read, the task is not completed
     ├── ScheduleNotFound(LookupError)        no live schedule with that id or name
     ├── NotificationNotFound(LookupError)    no dispatch_outbox row with that id
     └── StoreError                           the store failed (driver error translated once)
@@ -96,6 +97,16 @@ class TaskNotFound(TaskwardError, LookupError):
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
         super().__init__(f"task {task_id!r} not found")
+
+
+class TaskNotCompleted(TaskwardError, LookupError):
+    """A task's result was asked for while the task is not ``completed`` (R22): there is no
+    result to look up (yet, or ever: a failed task has none). ``status``: what the task is."""
+
+    def __init__(self, task_id: str, status: str) -> None:
+        self.task_id = task_id
+        self.status = status
+        super().__init__(f"task {task_id!r} is {status}, not completed: it has no result")
 
 
 class TaskNotRetryable(TaskwardError, ValueError):

@@ -15,6 +15,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final, Literal
 
 from taskward.canonical import dumps
@@ -25,11 +26,13 @@ from taskward.ids import new_id
 from taskward.models import Actor, TransitionResult
 from taskward.oslocks import LockTimeout, machine_locks
 from taskward.registry import (
+    ADAPTER_FAILURE_CODES,
     Backoff,
     CancellationToken,
     TaskAdapterRegistry,
     TaskExecutionResult,
 )
+from taskward.results import dependency_results
 from taskward.store.port import Row, StateDB
 from taskward.transitions import TerminalBuild, finished, transition_at
 
@@ -79,6 +82,8 @@ class Report:
     detail: str | None = None
     invocation_id: str | None = None
     cause: str | None = None
+    # The adapter's own reason for a failure (``ADAPTER_FAILURE_CODES``, R22), else None.
+    failure_code: str | None = None
 
     @classmethod
     def of(cls, result: TaskExecutionResult) -> Report:
@@ -88,6 +93,8 @@ class Report:
             result.exit_code,
             result.error_detail,
             result.invocation_id,
+            None,
+            _failure_code(result),
         )
 
     @classmethod
@@ -107,7 +114,13 @@ class Report:
             detail,
             execution.invocation_id if execution else None,
             code,
+            _failure_code(execution) if execution and execution.status == "failed" else None,
         )
+
+
+def _failure_code(result: TaskExecutionResult) -> str | None:
+    code = result.failure_code
+    return code if code is not None and code in ADAPTER_FAILURE_CODES else None
 
 
 def outcome_for(
@@ -133,7 +146,9 @@ def outcome_for(
     |                                        | invalid_task, else retryable_failure)          |
     | retryable, at the ceiling              | timed_out / failed (attempt_ceiling), R5       |
     | timed out, not retryable               | timed_out (deadline_exceeded)                  |
-    | failed, not retryable                  | failed (invalid_task or execution_failed)      |
+    | failed, not retryable                  | failed (invalid_task, the adapter's own code:  |
+    |                                        | result_not_serializable, R22; else             |
+    |                                        | execution_failed)                              |
 
     Only the watchdog's deadline is retryable by rule (R5: it reports ``retryable=True``); an
     adapter's own ``timed_out`` is terminal unless the adapter marks it retryable (D4), as an
@@ -206,7 +221,11 @@ def outcome_for(
         )
     if report.status == "timed_out":
         return Outcome("timed_out", "deadline_exceeded", said or "timed out", terminal_patch)
-    reason = "invalid_task" if report.cause == "invalid_task" else "execution_failed"
+    reason = (
+        "invalid_task"
+        if report.cause == "invalid_task"
+        else report.failure_code or "execution_failed"
+    )
     return Outcome("failed", reason, said or "adapter failed", terminal_patch)
 
 
@@ -254,9 +273,11 @@ def finish_build(
     actor: Actor,
     evidence_refs: list[dict[str, Any]] | None = None,
     key_suffix: str = "finish",
+    result: str | None = None,
 ) -> TerminalBuild:
     """The guarded transition out of ``running`` under ``lease``, built at the operation's
-    time (``transitions.transition_at`` and ``transitions.apply_built`` take it)."""
+    time (``transitions.transition_at`` and ``transitions.apply_built`` take it). ``result``:
+    the return value's JSON text, stored with a completion (R22)."""
     return finished(
         entity_id=lease.task_id,
         guard=lease.guard(),
@@ -265,7 +286,16 @@ def finish_build(
         actor=actor,
         evidence_refs=evidence_refs or [],
         key_suffix=key_suffix,
+        result=result,
     )
+
+
+def completion_result(execution: TaskExecutionResult | None) -> str | None:
+    """What a completion of ``execution`` stores (R22): its return value's JSON text when the
+    adapter completed with one, else None."""
+    if execution is None or execution.status != "completed":
+        return None
+    return execution.result
 
 
 async def finish_run(
@@ -278,20 +308,29 @@ async def finish_run(
     now: float | None = None,
     key_suffix: str = "finish",
     group: GroupCommit | None = None,
+    result: str | None = None,
 ) -> TransitionResult:
     """One guarded transition out of ``running`` under ``lease`` (R4: state decides, not time).
 
     ``outcome`` may be a function of the operation's time, evaluated inside the transaction.
+    ``result``: stored with it when it completes (R22).
     """
     build = finish_build(
-        lease, outcome, actor=actor, evidence_refs=evidence_refs, key_suffix=key_suffix
+        lease,
+        outcome,
+        actor=actor,
+        evidence_refs=evidence_refs,
+        key_suffix=key_suffix,
+        result=result,
     )
     return await transition_at(db, build, now=now, group=group)
 
 
-def task_payload(row: Row, lease: Lease) -> dict[str, Any]:
-    """What an adapter receives: the immutable application, the attempt, the lease id."""
-    return {
+def task_payload(row: Row, lease: Lease, db: StateDB | None = None) -> dict[str, Any]:
+    """What an adapter receives: the immutable application, the attempt, the lease id; with
+    ``db``, ``dependency_results``: a coroutine function reading the task's dependencies'
+    results (R22), called only by a function that declares a ``TaskContext``."""
+    payload = {
         "id": row["id"],
         "action_kind": row["action_kind"],
         "action_args": row["action_args"],
@@ -304,6 +343,9 @@ def task_payload(row: Row, lease: Lease) -> dict[str, Any]:
         "deadline_at": lease.deadline_at,
         "schedule_id": row["schedule_id"],
     }
+    if db is not None:
+        payload["dependency_results"] = partial(dependency_results, db, row["id"])
+    return payload
 
 
 async def execute_lease(
@@ -314,6 +356,7 @@ async def execute_lease(
     cancellation: CancellationToken,
     lock_timeout_s: float | None = None,
     watchdog: bool = True,
+    db: StateDB | None = None,
 ) -> TaskExecutionResult:
     """Run the adapter under the deadline watchdog; never raises for adapter failures.
 
@@ -323,7 +366,7 @@ async def execute_lease(
     ``watchdog=False``: the caller bounds the run itself and cancels it at the deadline (the
     resident host's own watchdog, ADR-0037 D5, which fires first: it counts from the deadline,
     this one from the claim); the adapter then runs in the caller's task, with no task and no
-    wait of its own.
+    wait of its own. ``db``: where a ``TaskContext`` reads the dependencies' results (R22).
     """
     adapter = registry.get(lease.action_kind)
     if adapter is None:
@@ -343,9 +386,9 @@ async def execute_lease(
                 remaining = max(0.0, budget - (time.monotonic() - started))
                 async with machine_locks(tokens, timeout_s=lock_timeout_s or remaining):
                     return await adapter.execute(
-                        task_payload(row, lease), cancellation=cancellation
+                        task_payload(row, lease, db), cancellation=cancellation
                     )
-            return await adapter.execute(task_payload(row, lease), cancellation=cancellation)
+            return await adapter.execute(task_payload(row, lease, db), cancellation=cancellation)
         except LockTimeout as exc:
             return TaskExecutionResult(status="failed", retryable=True, error_detail=str(exc))
         except Exception as exc:
@@ -410,7 +453,13 @@ async def settle_lease(
         )
 
     transition = await finish_run(
-        db, lease, outcome, actor=actor, evidence_refs=result.evidence_refs, now=now
+        db,
+        lease,
+        outcome,
+        actor=actor,
+        evidence_refs=result.evidence_refs,
+        now=now,
+        result=completion_result(result),
     )
     if not transition.applied:
         await record_stale_result(db, lease, result, transition.current_state, now=now)

@@ -154,6 +154,11 @@ class KindRetryPolicy:
         return self.max_attempts is None and self.retry_on is None and self.backoff is None
 
 
+# The reason codes an adapter may give a failure of its own (``TaskExecutionResult.
+# failure_code``): R22's return value that cannot be stored.
+ADAPTER_FAILURE_CODES: Final = frozenset({"result_not_serializable"})
+
+
 @dataclass(frozen=True)
 class TaskExecutionResult:
     """What an adapter reports; the worker turns it into one guarded terminal transition."""
@@ -166,6 +171,13 @@ class TaskExecutionResult:
     # A failure the retry policy may retry (an infrastructure hiccup, a deadline); a plain
     # non-zero exit is not retryable (ADR-0071 D4).
     retryable: bool = False
+    # R22: a completed function's return value as its exact JSON text (None: nothing to store,
+    # the function returned None or the kind has no return value); the completing transition
+    # writes it to task_results in its own transaction.
+    result: str | None = None
+    # A failure's reason code when it is more precise than ``execution_failed``: one of
+    # ``ADAPTER_FAILURE_CODES`` (any other value is not a reason and is ignored).
+    failure_code: str | None = None
 
 
 class CancellationToken:

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from taskward.adapters.calling import DEFAULT_MAX_RESULT_BYTES, check_max_result_bytes
 from taskward.adapters.childenv import ENV_CHILD_ENV_PASSTHROUGH, parse_env_passthrough
 from taskward.adapters.command import CommandAdapter
+from taskward.adapters.context import TaskContext
 from taskward.adapters.launcher import DEFAULT_LAUNCHER, LAUNCHER_KINDS, LauncherAdapter
 from taskward.adapters.python import PythonAdapter, PythonFunctionAdapter, task, task_functions
 from taskward.adapters.workflow import FileWorkflowLibrary, WorkflowAdapter, WorkflowLibrary
@@ -36,6 +38,7 @@ __all__ = [
     "LauncherAdapter",
     "PythonAdapter",
     "PythonFunctionAdapter",
+    "TaskContext",
     "WorkflowAdapter",
     "WorkflowLibrary",
     "build_registry",
@@ -63,6 +66,22 @@ def _max_task_timeout(value: str | None) -> float:
     except ValueError:
         seconds = text  # not a number: refused below, as given
     return check_max_task_timeout(ENV_MAX_TASK_TIMEOUT, seconds)
+
+
+ENV_MAX_RESULT_BYTES: Final = "TASKWARD_MAX_RESULT_BYTES"
+
+
+def _max_result_bytes(value: str | None) -> int:
+    """``TASKWARD_MAX_RESULT_BYTES``: unset or empty is the 1 MiB default (R22)."""
+    text = (value or "").strip()
+    if not text:
+        return DEFAULT_MAX_RESULT_BYTES
+    size: object
+    try:
+        size = int(text)
+    except ValueError:
+        size = text  # not an integer: refused below, as given
+    return check_max_result_bytes(ENV_MAX_RESULT_BYTES, size)
 
 
 def _allowlist(value: str | None) -> frozenset[str] | None:
@@ -95,14 +114,18 @@ class AdapterConfig:
     child_env_passthrough: tuple[str, ...] = ()
     # The largest args.timeout_s admission accepts for any kind (R5; TASKWARD_MAX_TASK_TIMEOUT_S).
     max_task_timeout_s: float = DEFAULT_MAX_TASK_TIMEOUT_S
+    # The largest JSON text of a python function's return value that is stored (R22; bytes;
+    # TASKWARD_MAX_RESULT_BYTES): a larger one fails its attempt (result_not_serializable).
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> AdapterConfig:
         """Read ``TASKWARD_COMMAND_ALLOWLIST``, ``TASKWARD_PYTHON_MODULES`` (comma-separated;
         ``*`` allows all), ``TASKWARD_IMPORTS``, ``TASKWARD_LAUNCHER``,
         ``TASKWARD_WORKFLOW_LIBRARY``, ``TASKWARD_CHILD_ENV_PASSTHROUGH`` and
-        ``TASKWARD_MAX_TASK_TIMEOUT_S`` (seconds; default 604800, 7 days); keyword
-        ``overrides`` win (a CLI's flags)."""
+        ``TASKWARD_MAX_TASK_TIMEOUT_S`` (seconds; default 604800, 7 days) and
+        ``TASKWARD_MAX_RESULT_BYTES`` (bytes; default 1048576, 1 MiB); keyword ``overrides``
+        win (a CLI's flags)."""
         env = os.environ if environ is None else environ
         library = env.get("TASKWARD_WORKFLOW_LIBRARY", "").strip()
         config = cls(
@@ -113,6 +136,7 @@ class AdapterConfig:
             workflow_library=Path(library) if library else None,
             child_env_passthrough=parse_env_passthrough(env.get(ENV_CHILD_ENV_PASSTHROUGH)),
             max_task_timeout_s=_max_task_timeout(env.get(ENV_MAX_TASK_TIMEOUT)),
+            max_result_bytes=_max_result_bytes(env.get(ENV_MAX_RESULT_BYTES)),
         )
         return dataclasses.replace(config, **overrides)
 
@@ -161,8 +185,15 @@ def build_registry(
     registry.register(
         CommandAdapter(allowlist=config.command_allowlist, env_passthrough=passthrough)
     )
-    functions = task_functions(_import(name) for name in config.imports)
-    registry.register(PythonAdapter(modules=config.python_modules, functions=functions))
+    max_result_bytes = check_max_result_bytes("max_result_bytes", config.max_result_bytes)
+    functions = task_functions(
+        (_import(name) for name in config.imports), max_result_bytes=max_result_bytes
+    )
+    registry.register(
+        PythonAdapter(
+            modules=config.python_modules, functions=functions, max_result_bytes=max_result_bytes
+        )
+    )
     for kind in LAUNCHER_KINDS:
         registry.register(
             LauncherAdapter(kind, launcher=config.launcher, env_passthrough=passthrough)

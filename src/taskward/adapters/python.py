@@ -8,6 +8,9 @@ A kind's retry policy (R18: ``max_attempts``, ``retry_on``, ``backoff``) is the 
 function's: the same function called through ``python`` as ``module:function`` runs without it
 (an exception there fails at once, as before R18).
 
+A return value is stored as JSON with the completion, and a parameter annotated
+``taskward.TaskContext`` receives the running attempt's context (R22: ``calling``, ``context``).
+
 Cancellation: an async function is cancelled (``asyncio.CancelledError`` at its await point). A
 sync function cannot be interrupted: it runs to its end and sees the request only through the
 ``cancellation`` token it may accept (``token.is_cancelled``); the result is ``cancelled`` once
@@ -16,16 +19,23 @@ it returns, because a request is not a stop (ADR-0072 D5).
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import importlib
-import inspect
 import re
-import traceback
 from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any, Final, TypeVar, overload
 
+from taskward.adapters.calling import (
+    DEFAULT_MAX_RESULT_BYTES,
+    TOKEN_PARAM,
+    accepts,
+    context_parameter,
+    error_of,
+    parameters,
+    run_callable,
+    signature,
+)
+from taskward.adapters.context import TaskContext
 from taskward.adapters.process import task_args
 from taskward.errors import TaskValidationError
 from taskward.registry import Backoff, CancellationToken, KindRetryPolicy, TaskExecutionResult
@@ -40,8 +50,6 @@ _KIND: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
 # Keys of a task's args that the worker maps onto the host task (R10) or reads for its deadline
 # (R5); a decorated function receives them only if it declares a parameter of that name.
 _HOST_KEYS: Final = frozenset({"objective", "cwd", "timeout_s"})
-_TOKEN_PARAM: Final = "cancellation"
-_DETAIL_CHARS: Final = 4000
 
 
 @overload
@@ -122,192 +130,6 @@ def task_retry_policy(fn: object) -> KindRetryPolicy | None:
     return policy if isinstance(policy, KindRetryPolicy) else None
 
 
-def _is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
-    )
-
-
-def _read_signature(fn: Callable[..., Any]) -> inspect.Signature | None:
-    try:
-        return inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-
-
-# A task function's signature is read once, not on every run (reading it showed in a no-op
-# task's CPU: docs/benchmarks.md#figures-that-justified-design-choices);
-# bounded, and unhashable callables are simply read each time.
-_cached_signature = functools.lru_cache(maxsize=512)(_read_signature)
-
-
-def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
-    try:
-        return _cached_signature(fn)
-    except TypeError:  # unhashable callable object
-        return _read_signature(fn)
-
-
-def _parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter] | None:
-    signature = _signature(fn)
-    return signature.parameters if signature is not None else None
-
-
-def _accepts(fn: Callable[..., Any], name: str) -> bool:
-    params = _parameters(fn)
-    return params is not None and name in params
-
-
-class _FunctionExited(Exception):
-    """A task function raised SystemExit; asyncio would let it end the worker's event loop."""
-
-
-async def _call(fn: Callable[..., Any], kwargs: dict[str, Any], token: CancellationToken) -> Any:
-    if _accepts(fn, _TOKEN_PARAM):
-        kwargs = {**kwargs, _TOKEN_PARAM: token}
-    try:
-        if _is_async(fn):
-            return await fn(**kwargs)
-        value = await asyncio.to_thread(fn, **kwargs)
-        if inspect.isawaitable(value):  # a sync wrapper that hands back a coroutine
-            value = await value
-        return value
-    except SystemExit as exc:
-        raise _FunctionExited(exc.code) from exc
-
-
-def _wake(waiter: asyncio.Future[None], _: asyncio.Future[Any]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
-def _consume(job: asyncio.Future[Any]) -> None:
-    if not job.cancelled():
-        job.exception()
-
-
-def _error(exc: BaseException) -> tuple[str, list[dict[str, Any]]]:
-    if isinstance(exc, _FunctionExited) and exc.__cause__ is not None:
-        exc = exc.__cause__
-    detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return detail[-_DETAIL_CHARS:], [{"kind": "traceback", "text": trace[-_DETAIL_CHARS:]}]
-
-
-def _type_name(cls: type[BaseException]) -> str:
-    return (
-        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    )
-
-
-def _judged(
-    exc: BaseException, detail: str, evidence: list[dict[str, Any]], policy: KindRetryPolicy
-) -> TaskExecutionResult:
-    """A raise of a kind with ``retry_on`` (R18): retryable when the exception is one of them;
-    any other fails at once, its detail saying why it was not retried."""
-    if isinstance(exc, _FunctionExited) and exc.__cause__ is not None:
-        exc = exc.__cause__
-    retryable = policy.is_retryable(exc)
-    retry_on = [_type_name(c) for c in policy.retry_on or ()]
-    evidence = [
-        *evidence,
-        {
-            "kind": "retry_on",
-            "exception": _type_name(type(exc)),
-            "retry_on": retry_on,
-            "retryable": retryable,
-        },
-    ]
-    if not retryable:
-        detail += (
-            f" (not retried: {_type_name(type(exc))} is not in retry_on: {', '.join(retry_on)})"
-        )
-    return TaskExecutionResult(
-        status="failed",
-        exit_code=1,
-        error_detail=detail,
-        evidence_refs=evidence,
-        retryable=retryable,
-    )
-
-
-async def run_callable(
-    fn: Callable[..., Any],
-    kwargs: dict[str, Any],
-    cancellation: CancellationToken,
-    *,
-    policy: KindRetryPolicy | None = None,
-) -> TaskExecutionResult:
-    """Run ``fn`` with ``kwargs`` (and the token, if it takes ``cancellation``).
-
-    A return is completed (a returned TaskExecutionResult passes through as is), an exception
-    failed — retryable only when ``policy`` has ``retry_on`` and it is one of them (R18) — a
-    cancellation requested while it ran cancelled.
-    """
-    if cancellation.is_cancelled:
-        return TaskExecutionResult(
-            status="cancelled", error_detail=f"{cancellation.reason} (before the call)"
-        )
-    job: asyncio.Future[Any] = asyncio.ensure_future(_call(fn, kwargs, cancellation))
-
-    def stop() -> None:
-        # An async function is cancelled at once; a sync one in a thread cannot be stopped:
-        # it is waited for, to see the token and end.
-        if not job.done() and _is_async(fn):
-            job.cancel()
-
-    forget = cancellation.on_cancel(stop)
-    # Wait for the job on a future of our own, not on the job itself: cancelling this caller
-    # (a host shutdown) must not wait for a function that ignores its cancellation. The same
-    # as ``asyncio.wait({job})``, without its sets and bookkeeping (measured:
-    # docs/benchmarks.md#figures-that-justified-design-choices).
-    done = asyncio.get_running_loop().create_future()
-    job.add_done_callback(functools.partial(_wake, done))
-    try:
-        await done
-    except asyncio.CancelledError:
-        job.cancel()
-        job.add_done_callback(_consume)
-        raise
-    finally:
-        forget()
-    # Requested while it ran: the token fired before (or as) the function finished.
-    requested = cancellation.is_cancelled
-
-    if job.cancelled():
-        if requested:
-            return TaskExecutionResult(status="cancelled", error_detail=cancellation.reason)
-        return TaskExecutionResult(
-            status="failed", error_detail="the function was cancelled without a request"
-        )
-    exc = job.exception()
-    if exc is not None and not isinstance(exc, Exception):
-        raise exc
-    value = job.result() if exc is None else None
-    if isinstance(value, TaskExecutionResult):
-        return value
-    if requested:
-        ended = "returned" if exc is None else f"raised {type(exc).__name__}"
-        return TaskExecutionResult(
-            status="cancelled", error_detail=f"{cancellation.reason}; the function {ended}"
-        )
-    if exc is not None:
-        detail, error_evidence = _error(exc)
-        if policy is not None and policy.retry_on is not None:
-            return _judged(exc, detail, error_evidence, policy)
-        return TaskExecutionResult(
-            status="failed", exit_code=1, error_detail=detail, evidence_refs=error_evidence
-        )
-    evidence: list[dict[str, Any]] = []
-    if value is not None:
-        try:
-            text = repr(value)
-        except Exception as repr_error:
-            text = f"<{type(value).__name__}: repr raised {repr_error!r}>"
-        evidence.append({"kind": "return_value", "repr": text[:_DETAIL_CHARS]})
-    return TaskExecutionResult(status="completed", exit_code=0, evidence_refs=evidence)
-
-
 # Keyword-name sets that bound, per function; bounded (a few sets per function, few functions).
 _BOUND: dict[Callable[..., Any], set[frozenset[str]]] = {}
 _BOUND_NAME_SETS: Final = 64
@@ -328,14 +150,16 @@ def _remember_bound(fn: Callable[..., Any], names: frozenset[str]) -> None:
     known.add(names)
 
 
+def _worker_params(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The parameters of ``fn`` the worker fills, never the task's JSON args: the cancellation
+    token and the task context (R22)."""
+    context = context_parameter(fn)
+    token = (TOKEN_PARAM,) if accepts(fn, TOKEN_PARAM) else ()
+    return token if context is None else (*token, context)
+
+
 def _check_bind(fn: Callable[..., Any], kwargs: dict[str, Any], field: str, kind: str) -> None:
-    if _TOKEN_PARAM in kwargs and _accepts(fn, _TOKEN_PARAM):
-        raise TaskValidationError(
-            f"{field}.{_TOKEN_PARAM}",
-            kwargs[_TOKEN_PARAM],
-            "not given: the worker passes the token",
-        )
-    params = _parameters(fn)
+    params = parameters(fn)
     if params is None:
         return
     # Whether keyword arguments bind depends only on their names: a name set that bound once
@@ -346,22 +170,73 @@ def _check_bind(fn: Callable[..., Any], kwargs: dict[str, Any], field: str, kind
             return
     except TypeError:  # unhashable callable object: no cache
         pass
+    filled = _worker_params(fn)
+    for name in filled:
+        if name in kwargs:
+            what = "the token" if name == TOKEN_PARAM else "the task context (R22)"
+            raise TaskValidationError(
+                f"{field}.{name}", kwargs[name], f"not given: the worker passes {what}"
+            )
     probe = dict(kwargs)
-    if _TOKEN_PARAM in params:
-        probe[_TOKEN_PARAM] = None
+    for name in filled:
+        probe[name] = None
     try:
-        signature = _signature(fn)
-        assert signature is not None
-        signature.bind(**probe)
+        read = signature(fn)
+        assert read is not None
+        read.bind(**probe)
         _remember_bound(fn, names)
     except TypeError as exc:
-        allowed = [n for n in params if n != _TOKEN_PARAM]
+        allowed = [n for n in params if n not in filled]
         raise TaskValidationError(
             field,
             sorted(kwargs),
             allowed,
             message=f"{field} do not fit {kind}: {exc}; parameters: {', '.join(allowed)}",
         ) from exc
+
+
+async def _with_context(
+    name: str, kwargs: dict[str, Any], task: Mapping[str, Any], cancellation: CancellationToken
+) -> dict[str, Any]:
+    """``kwargs`` with the ``TaskContext`` (R22) under ``name``, the function's parameter; the
+    dependencies' results are read here (``task["dependency_results"]``, the worker's loader),
+    for a function that declares the parameter only."""
+    load = task.get("dependency_results")
+    results = await load() if load is not None else {}
+    context = TaskContext(
+        task_id=task["id"],
+        attempt=task["attempt"],
+        deadline=task.get("deadline_at"),
+        cancellation=cancellation,
+        dependency_results=results,
+    )
+    return {**kwargs, name: context}
+
+
+async def _call_with_context(
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    task: Mapping[str, Any],
+    cancellation: CancellationToken,
+    *,
+    context: str | None,
+    policy: KindRetryPolicy | None,
+    max_result_bytes: int,
+) -> TaskExecutionResult:
+    """``run_callable``, with the ``TaskContext`` under ``context`` when the function declares
+    one (a function without it pays nothing: no read, no context)."""
+    if context is not None:
+        try:
+            kwargs = await _with_context(context, kwargs, task, cancellation)
+        except Exception as exc:  # the store could not be read: another attempt may
+            return TaskExecutionResult(
+                status="failed",
+                retryable=True,
+                error_detail=f"task context not built: the dependencies' results: {exc!r}",
+            )
+    return await run_callable(
+        fn, kwargs, cancellation, policy=policy, max_result_bytes=max_result_bytes
+    )
 
 
 class PythonFunctionAdapter:
@@ -373,15 +248,23 @@ class PythonFunctionAdapter:
     """
 
     def __init__(
-        self, kind: str, fn: Callable[..., Any], retry_policy: KindRetryPolicy | None = None
+        self,
+        kind: str,
+        fn: Callable[..., Any],
+        retry_policy: KindRetryPolicy | None = None,
+        *,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.action_kind = kind
         self.fn = fn
+        self.max_result_bytes = max_result_bytes
+        # R22: the parameter that takes the TaskContext, read once (None: it has none).
+        self.context = context_parameter(fn)
         self.target = f"{fn.__module__}:{fn.__name__}"
         self.retry_policy = retry_policy if retry_policy is not None else task_retry_policy(fn)
 
     def kwargs(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in args.items() if k not in _HOST_KEYS or _accepts(self.fn, k)}
+        return {k: v for k, v in args.items() if k not in _HOST_KEYS or accepts(self.fn, k)}
 
     def validate_args(self, args: dict[str, Any]) -> None:
         _check_bind(self.fn, self.kwargs(args), "args", self.action_kind)
@@ -394,11 +277,30 @@ class PythonFunctionAdapter:
             _check_bind(self.fn, kwargs, "args", self.action_kind)
         except TaskValidationError as exc:
             return TaskExecutionResult(status="failed", error_detail=str(exc))
-        return await run_callable(self.fn, kwargs, cancellation, policy=self.retry_policy)
+        if self.context is None:
+            return await run_callable(
+                self.fn,
+                kwargs,
+                cancellation,
+                policy=self.retry_policy,
+                max_result_bytes=self.max_result_bytes,
+            )
+        return await _call_with_context(
+            self.fn,
+            kwargs,
+            task,
+            cancellation,
+            context=self.context,
+            policy=self.retry_policy,
+            max_result_bytes=self.max_result_bytes,
+        )
 
 
-def task_functions(modules: Iterable[ModuleType]) -> dict[str, PythonFunctionAdapter]:
-    """The ``@task`` functions of ``modules`` by kind.
+def task_functions(
+    modules: Iterable[ModuleType], *, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+) -> dict[str, PythonFunctionAdapter]:
+    """The ``@task`` functions of ``modules`` by kind (``max_result_bytes``: the bound of a
+    stored return value, R22).
 
     Raises:
         TaskValidationError: two different functions claim the same kind.
@@ -420,7 +322,7 @@ def task_functions(modules: Iterable[ModuleType]) -> dict[str, PythonFunctionAda
                         f"{value.__module__}:{value.__name__}"
                     ),
                 )
-            found[kind] = PythonFunctionAdapter(kind, value)
+            found[kind] = PythonFunctionAdapter(kind, value, max_result_bytes=max_result_bytes)
     return found
 
 
@@ -449,10 +351,12 @@ class PythonAdapter:
         *,
         modules: Iterable[str] | None = (),
         functions: Mapping[str, PythonFunctionAdapter] | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         if isinstance(modules, str):
             raise TypeError("modules must be an iterable of module names, not one string")
         self.modules = None if modules is None else frozenset(modules)
+        self.max_result_bytes = max_result_bytes
         self._registered = {a.target: a for a in (functions or {}).values()}
 
     def _allowed(self, target: str) -> bool:
@@ -481,9 +385,9 @@ class PythonAdapter:
         registered = self._registered.get(target)
         if registered is not None:
             _check_bind(registered.fn, kwargs, "args.kwargs", target)
-        elif _TOKEN_PARAM in kwargs:
+        elif TOKEN_PARAM in kwargs:
             raise TaskValidationError(
-                f"args.kwargs.{_TOKEN_PARAM}", kwargs[_TOKEN_PARAM], "not given (reserved)"
+                f"args.kwargs.{TOKEN_PARAM}", kwargs[TOKEN_PARAM], "not given (reserved)"
             )
 
     def resolve(self, target: str) -> Callable[..., Any]:
@@ -524,10 +428,26 @@ class PythonAdapter:
         except (ImportError, AttributeError, TypeError, ValueError) as exc:
             return TaskExecutionResult(status="failed", error_detail=f"cannot load {target}: {exc}")
         except Exception as exc:  # the module raised while importing
-            detail, evidence = _error(exc)
+            detail, evidence = error_of(exc)
             return TaskExecutionResult(
                 status="failed",
                 error_detail=f"cannot load {target}: {detail}",
                 evidence_refs=evidence,
             )
-        return await run_callable(fn, dict(_kwargs(args)), cancellation)
+        kwargs = dict(_kwargs(args))
+        context = context_parameter(fn)
+        if context is not None and context in kwargs:
+            return TaskExecutionResult(
+                status="failed",
+                error_detail=f"args.kwargs.{context} is given, but {target} takes the task "
+                "context there (R22): the worker passes it",
+            )
+        return await _call_with_context(
+            fn,
+            kwargs,
+            task,
+            cancellation,
+            context=context,
+            policy=None,
+            max_result_bytes=self.max_result_bytes,
+        )

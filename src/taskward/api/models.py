@@ -192,6 +192,15 @@ class TransitionList(BaseModel):
     transitions: list[Transition]
 
 
+class TaskResultOut(BaseModel):
+    """A completed task's stored result (R22): the completing attempt and the decoded JSON
+    value (null when the function returned nothing)."""
+
+    task_id: str
+    attempt: int
+    result: Any = None
+
+
 class WorkerOut(BaseModel):
     model_config = ConfigDict(extra="allow")
 

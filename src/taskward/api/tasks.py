@@ -24,6 +24,7 @@ from taskward.api.models import (
     SubmitResult,
     TaskOut,
     TaskPage,
+    TaskResultOut,
     TaskSubmission,
     TransitionList,
     WorkerList,
@@ -37,6 +38,7 @@ from taskward.placement import placement_reason
 from taskward.reads import MAX_LIST_LIMIT, get_task, list_tasks, list_transitions, list_workers
 from taskward.registry import DEFAULT_ALIASES
 from taskward.resubmit import retry_task
+from taskward.results import read_task_result
 from taskward.store import StateDB
 from taskward.web.auth import Principal, require
 from taskward.web.state import services_of, store_of
@@ -50,8 +52,8 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
         401: "No or an invalid API token (only when tokens are configured).",
         403: "The token lacks the scope this route needs.",
         404: "No task has this id.",
-        409: "The idempotency key already admitted a different application, or (retry) the "
-        "task has not ended.",
+        409: "The idempotency key already admitted a different application, (retry) the "
+        "task has not ended, or (result) the task is not completed.",
         413: "The request body is over the limit.",
         422: "Invalid input: the problem names the field and what is allowed. Nothing stored.",
         429: "Too many failed authentications from this address; retry after Retry-After "
@@ -262,6 +264,26 @@ async def transitions(
 ) -> dict[str, Any]:
     _check_task_id(task_id)
     return {"task_id": task_id, "transitions": await list_transitions(db, task_id)}
+
+
+@router.get(
+    "/tasks/{task_id}/result",
+    name="get_task_result",
+    response_model=TaskResultOut,
+    summary="A completed task's stored result",
+    responses=problems(401, 403, 404, 409, 422, 503),
+)
+async def task_result(
+    task_id: str,
+    _principal: Annotated[Principal, Depends(require("read"))],
+    db: Db,
+) -> dict[str, Any]:
+    """``get_task_result`` (R22): the return value the completing attempt stored, as JSON
+    (null when it returned nothing). 409 ``not-completed`` (naming its ``task_status``)
+    while the task is not completed, and for good when it ended otherwise."""
+    _check_task_id(task_id)
+    stored = await read_task_result(db, task_id)
+    return {"task_id": stored.task_id, "attempt": stored.attempt, "result": stored.result}
 
 
 @router.post(

@@ -1,8 +1,10 @@
-"""``taskward worker``: the resident host over the local store, and ``taskward task wait``."""
+"""``taskward worker``: the resident host over the local store, and ``taskward task wait``
+(``--result``: the completed task's stored result, R22)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 import time
@@ -11,7 +13,7 @@ from typing import Any
 
 import click
 
-from taskward import StateDB, get_task, list_transitions, open_db
+from taskward import StateDB, get_task, get_task_result, list_transitions, open_db
 from taskward.claims import MIN_RENEWABLE_LEASE_TTL_SECONDS
 from taskward.cli.common import CliState, json_option, pass_state, registry_for, run_worker_loop
 from taskward.host.models import Task
@@ -229,10 +231,23 @@ def worker(
     show_default=True,
     help="Seconds between looks at the store.",
 )
+@click.option(
+    "--result",
+    "show_result",
+    is_flag=True,
+    help="On completion print the task's stored result as JSON on stdout (R22; the status "
+    "line goes to stderr).",
+)
 @json_option
 @pass_state
-def task_wait(state: CliState, task_id: str, timeout: float | None, interval: float) -> int:
-    """Follow a task to its end; exit 0 if it completed, 1 otherwise (or on --timeout)."""
+def task_wait(
+    state: CliState, task_id: str, timeout: float | None, interval: float, show_result: bool
+) -> int:
+    """Follow a task to its end; exit 0 if it completed, 1 otherwise (or on --timeout).
+
+    With --result, a completed task's return value (its stored JSON; null when it returned
+    nothing) is printed on stdout, ready for a pipe; a task that did not complete prints and
+    exits as without it."""
     out = state.output
 
     async def follow(db: StateDB) -> tuple[dict[str, Any], bool]:
@@ -271,22 +286,30 @@ def task_wait(state: CliState, task_id: str, timeout: float | None, interval: fl
             if status_line is not None:
                 status_line.stop()
 
-    async def run() -> tuple[dict[str, Any], bool]:
+    async def run() -> tuple[dict[str, Any], bool, Any]:
         async with open_db(state.db_url) as db:
-            return await follow(db)
+            row, timed_out = await follow(db)
+            completed = row["status"] == "completed"
+            value = await get_task_result(db, task_id) if show_result and completed else None
+            return row, timed_out, value
 
-    row, timed_out = asyncio.run(run())
+    row, timed_out, value = asyncio.run(run())
+    completed = row["status"] == "completed"
     if out.is_json:
-        out.json(
-            {
-                "task_id": task_id,
-                "status": row["status"],
-                "timed_out": timed_out,
-                "exit_code": row["exit_code"],
-                "error_detail": row["error_detail"],
-            }
-        )
+        answer = {
+            "task_id": task_id,
+            "status": row["status"],
+            "timed_out": timed_out,
+            "exit_code": row["exit_code"],
+            "error_detail": row["error_detail"],
+        }
+        if show_result:
+            answer["result"] = value
+        out.json(answer)
+    elif show_result and completed:
+        click.echo(row["status"], err=True)
+        out.line(json.dumps(value, indent=2, ensure_ascii=False))
     else:
         suffix = " (still running: --timeout reached)" if timed_out else ""
         out.line(f"{row['status']}{suffix}")
-    return 0 if row["status"] == "completed" else 1
+    return 0 if completed else 1

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from taskward.cursors import MAX_CURSOR_LENGTH
 from taskward.dashboard import limitviews, views
 from taskward.dashboard.render import html, secure
+from taskward.dashboard.resultview import result_regions
 from taskward.dashboard.session import Session, new_session, session_principal
 from taskward.errors import StoreError, TaskNotFound, TaskValidationError
 from taskward.lifecycle import Status, is_terminal
@@ -32,6 +33,7 @@ from taskward.reads import (
     list_workers,
 )
 from taskward.registry import DEFAULT_ALIASES
+from taskward.results import read_task_result
 from taskward.schedules import list_schedules
 from taskward.store import StateDB
 from taskward.web.auth import ANONYMOUS, Principal, anonymous
@@ -136,7 +138,8 @@ async def _page(
     )
 
 
-async def _data(request: Request, data: DataFn) -> Response:
+async def _read_refused(request: Request) -> Response | None:
+    """The answer to a data request that may not read (no session, or no 'read' scope)."""
     services = services_of(request)
     found = await session_principal(services.config, request)
     if found is None and services.config.auth_required:
@@ -155,6 +158,14 @@ async def _data(request: Request, data: DataFn) -> Response:
                 instance=request.url.path,
             )
         )
+    return None
+
+
+async def _data(request: Request, data: DataFn) -> Response:
+    refused = await _read_refused(request)
+    if refused is not None:
+        return refused
+    services = services_of(request)
     db = await services.store.get()
     regions = await data(db, services, request)
     return secure(JSONResponse({"regions": regions}))
@@ -228,7 +239,10 @@ async def _task_regions(db: StateDB, request: Request, *, with_retries: bool) ->
     retries = None
     if with_retries and is_terminal(row["status"]):  # only an ended task is retried (R19)
         retries = await list_retries(db, task_id, limit=views.PAGE_SIZE)
-    return views.task_regions(row, placement, facts, events, retries, now=now)
+    regions = views.task_regions(row, placement, facts, events, retries, now=now)
+    stored = await read_task_result(db, task_id) if row["status"] == "completed" else None
+    regions.update(result_regions(task_id, stored))  # R22
+    return regions
 
 
 async def task_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
@@ -299,6 +313,22 @@ async def task_page(request: Request, task_id: str) -> Response:
 @router.get("/ui/data/tasks/{task_id}")
 async def task_json(request: Request, task_id: str) -> Response:
     return await _data(request, task_data)
+
+
+@router.get("/ui/data/tasks/{task_id}/result")
+async def task_result_json(request: Request, task_id: str) -> Response:
+    """A completed task's whole stored result (R22), as ``GET /api/tasks/{id}/result`` answers
+    it, for the page's link (the session's 'read' scope, as every data request)."""
+    refused = await _read_refused(request)
+    if refused is not None:
+        return refused
+    db = await services_of(request).store.get()
+    stored = await read_task_result(db, _task_id(request))
+    return secure(
+        JSONResponse(
+            {"task_id": stored.task_id, "attempt": stored.attempt, "result": stored.result}
+        )
+    )
 
 
 @router.get("/workers")

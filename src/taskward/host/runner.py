@@ -33,7 +33,12 @@ class AdapterRunner:
         claim = self.source.claimed(task.id)
         # The host's watchdog bounds the run (D5): no second one inside.
         result = await execute_lease(
-            self.registry, claim.row, claim.lease, cancellation=claim.token, watchdog=False
+            self.registry,
+            claim.row,
+            claim.lease,
+            cancellation=claim.token,
+            watchdog=False,
+            db=self.source.db,  # a TaskContext reads its dependencies' results here (R22)
         )
         self.source.record_result(task.id, result)
         kind = claim.lease.action_kind

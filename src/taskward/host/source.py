@@ -24,7 +24,13 @@ from typing import Any, Final
 from taskward.canonical import canonical_json
 from taskward.claims import Claimed, Lease, WorkerSpec, claim_rows, renew_lease
 from taskward.errors import StoreError, StoreUnavailable, TransitionIdempotencyConflict
-from taskward.execution import Outcome, RetryPolicy, finish_build, finish_run
+from taskward.execution import (
+    Outcome,
+    RetryPolicy,
+    completion_result,
+    finish_build,
+    finish_run,
+)
 from taskward.groupcommit import GroupCommit
 from taskward.host.acks import (
     APPLIED,
@@ -356,6 +362,8 @@ class LocalTaskSource:
                 evidence_refs=evidence(execution, completed),
                 key_suffix="ack",
                 group=None if alone else self._group,
+                # R22: a completion stores the adapter's return value with its transition
+                result=completion_result(execution) if completed is not None else None,
             )
         except TransitionIdempotencyConflict:
             self._forget(task_id, lease_id)
@@ -451,6 +459,7 @@ class LocalTaskSource:
                 actor=system_actor(parsed[0]),
                 evidence_refs=evidence(claim.result, result),
                 key_suffix="ack",
+                result=completion_result(claim.result),  # R22: stored with the completion
             ),
             claim_next=claim_next,
         )

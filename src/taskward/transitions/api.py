@@ -12,7 +12,13 @@ from taskward.models import TransitionRequest, TransitionResult
 from taskward.store.port import KeyAlreadyUsed, StateDB, Tx
 from taskward.transitions.apply import Applied, LostToConcurrencyKey, apply, replayed_result
 from taskward.transitions.finish import apply_built
-from taskward.transitions.requests import Built, Prepared, check_static, request_hash
+from taskward.transitions.requests import (
+    Built,
+    Prepared,
+    check_static,
+    request_hash,
+    result_of,
+)
 from taskward.transitions.rows import move_of
 
 
@@ -66,7 +72,9 @@ async def transition_at(
             request, guard, patch = built = build(tx.now)
             check_static(request, guard, patch)
             digest = request_hash(request)
-            [(result, _)] = await apply(tx, [move_of(request, guard, patch, digest, tx.now)])
+            move = move_of(request, guard, patch, digest, tx.now)
+            move.result = result_of(build, request.to_state)  # R22: a completion's result
+            [(result, _)] = await apply(tx, [move])
             return result
     except KeyAlreadyUsed:
         assert built is not None

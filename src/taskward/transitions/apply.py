@@ -6,11 +6,12 @@ every status write of taskward goes through ``apply``, or through the PostgreSQL
 forms in ``claim`` and ``finish`` that write the same rows (a test greps for other callers).
 
 Invariant: a move's status, reason projection, patch, exactly one status_transitions fact and
-exactly one task event commit in one transaction with the caller's other writes, or none of
-them do. The compare-and-swap runs first and the fact insert is ``ON CONFLICT DO NOTHING`` on
-the unique (entity_id, idempotency_key) index: a used key can never apply twice (the insert
-finds it and ``KeyAlreadyUsed`` rolls the transaction back), and a lost compare-and-swap looks
-for a replay before it reports a missing row or a conflict, exactly R3's order.
+exactly one task event (and a completion's stored result, R22) commit in one transaction with
+the caller's other writes, or none of them do. The compare-and-swap runs first and the fact
+insert is ``ON CONFLICT DO NOTHING`` on the unique (entity_id, idempotency_key) index: a used
+key can never apply twice (the insert finds it and ``KeyAlreadyUsed`` rolls the transaction
+back), and a lost compare-and-swap looks for a replay before it reports a missing row or a
+conflict, exactly R3's order.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from taskward.store.guarded import update_shape
 from taskward.store.port import ConcurrencyKeyBusy, KeyAlreadyUsed, Row, StateDB, Tx
 from taskward.transitions.readiness import settle_moves
 from taskward.transitions.requests import lease_id
-from taskward.transitions.rows import Move, audit_rows
+from taskward.transitions.rows import Move, audit_rows, result_row
 
 
 class LostToConcurrencyKey(Exception):
@@ -74,6 +75,7 @@ async def apply(
         facts: list[dict[str, Any]] = []
         events: list[dict[str, Any]] = []
         notifications: list[dict[str, Any]] = []
+        stored: list[dict[str, Any]] = []
         keys: dict[str, str] = {}  # fact id -> its transition key
         for index in round_indexes:
             move = moves[index]
@@ -91,6 +93,12 @@ async def apply(
             events.append(event)
             if notification is not None:
                 notifications.append(notification)
+            if move.result is not None:
+                # R22: a completion's return value, in the completing transaction, written
+                # only because its compare-and-swap applied (a lost owner's never is).
+                row = result_row(move, updated["lease_attempts"])
+                if row is not None:
+                    stored.append(row)
             keys[transition_id] = move.key
             results[index] = (
                 applied_move(move.from_state, move.to_state, transition_id, event_id),
@@ -100,11 +108,14 @@ async def apply(
             if ending and updated.get("has_dependents") and is_terminal(move.to_state):
                 with_dependents.append(move.update[0])
         if keys:
-            await write_audit_rows(
-                tx,
-                {"fact_insert": facts, "event_insert": events, "outbox_enqueue": notifications},
-                keys,
-            )
+            rows_of = {
+                "fact_insert": facts,
+                "event_insert": events,
+                "outbox_enqueue": notifications,
+            }
+            if stored:
+                rows_of["result_insert"] = stored
+            await write_audit_rows(tx, rows_of, keys)
     if queued:
         wake_queued(tx)
     if with_dependents:

@@ -8,6 +8,11 @@ into the text ``request_hash`` would hash. Where the store runs the group as one
 (PostgreSQL's ``run_finish_batch``), ``apply_finishes`` sends it; elsewhere the moves go through
 ``apply``. ``together`` sends a step's writes, finishes and claim passes in one round trip where
 the store can (the resident host's one-step finish).
+
+R22: a completion's stored result is a per-row value like its evidence (``TerminalBuild.result``,
+never part of the request or its hash): ``run_finish_batch`` inserts it for the rows whose
+compare-and-swap applied, and ``apply`` writes it with the facts of the moves that applied;
+every path here passes it on (``result_of``), so none adds a statement or a round trip for it.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from taskward.transitions.requests import (
     prepared,
     request_hash,
     request_text,
+    result_of,
 )
 from taskward.transitions.rows import (
     OUTBOX_MAX_ATTEMPTS,
@@ -129,6 +135,7 @@ def _finish_params(
     attempts: list[int] = []
     exit_codes: list[int | None] = []
     evidence: list[str] = []
+    results: list[str | None] = []  # R22: what each completion stores (None: nothing)
     for terminal, item in zip(terminals, resolved, strict=True):
         guard, patch = terminal.guard, item.patch
         attempt = guard.get("lease_attempts")
@@ -154,6 +161,7 @@ def _finish_params(
         attempts.append(attempt)
         exit_codes.append(exit_code)
         evidence.append(refs)
+        results.append(result_of(terminal, item.to_state))
     if len(set(ids)) != len(ids):
         return None
     params = {
@@ -164,6 +172,7 @@ def _finish_params(
         "attempts": attempts,
         "exit_codes": exit_codes,
         "evidence": evidence,
+        "results": results,
     }
     return params, key_head
 
@@ -200,23 +209,28 @@ def finish_moves(
     the item's request (a test compares them)."""
     hash_0, hash_1, hash_2, hash_3 = (template[f"hash_{n}"] for n in range(4))
     moves = []
-    for terminal, item, canonical, attempt in zip(
-        terminals, resolved, params["evidence"], params["attempts"], strict=True
+    for terminal, item, canonical, attempt, result in zip(
+        terminals,
+        resolved,
+        params["evidence"],
+        params["attempts"],
+        params["results"],
+        strict=True,
     ):
         entity = json_string(terminal.entity_id)
-        moves.append(
-            templated(
-                template,
-                entity_id=terminal.entity_id,
-                summary=template["summary"],
-                evidence_refs=dumps(terminal.evidence_refs),
-                guard=terminal.guard,
-                patch=item.patch,
-                key=terminal.key,
-                digest=text_hash(f"{hash_0}{entity}{hash_1}{attempt}{hash_2}{canonical}{hash_3}"),
-                now=now,
-            )
+        move = templated(
+            template,
+            entity_id=terminal.entity_id,
+            summary=template["summary"],
+            evidence_refs=dumps(terminal.evidence_refs),
+            guard=terminal.guard,
+            patch=item.patch,
+            key=terminal.key,
+            digest=text_hash(f"{hash_0}{entity}{hash_1}{attempt}{hash_2}{canonical}{hash_3}"),
+            now=now,
         )
+        move.result = result
+        moves.append(move)
     return moves
 
 
@@ -333,7 +347,11 @@ async def apply_built(tx: Tx, builds: Sequence[Callable[[float], Built]]) -> lis
         ]
     else:
         built = [build(now) for build in builds]
-    moves = [move_of(*prepared(request, guard, patch), now) for request, guard, patch in built]
+    moves = []
+    for build, (request, guard, patch) in zip(builds, built, strict=True):
+        move = move_of(*prepared(request, guard, patch), now)
+        move.result = result_of(build, request.to_state)  # R22: a completion's result
+        moves.append(move)
     return [result for result, _ in await apply(tx, moves)]
 
 

@@ -159,7 +159,7 @@ class TerminalBuild:
     is written from one template without a request model, a static check and a canonical text
     per item (``templates.finish_moves``)."""
 
-    __slots__ = ("actor", "entity_id", "evidence_refs", "guard", "key", "outcome")
+    __slots__ = ("actor", "entity_id", "evidence_refs", "guard", "key", "outcome", "result")
 
     def __init__(
         self,
@@ -171,6 +171,7 @@ class TerminalBuild:
         actor: Actor,
         evidence_refs: list[dict[str, Any]],
         key_suffix: str,
+        result: str | None = None,
     ) -> None:
         self.entity_id = entity_id
         self.guard = guard
@@ -178,6 +179,9 @@ class TerminalBuild:
         self.outcome = outcome
         self.actor = actor
         self.evidence_refs = evidence_refs
+        # R22: the return value's JSON text, written with the transition when it completes
+        # (``rows.Move.result``); not part of the request, so not of its hash.
+        self.result = result
 
     def resolve(self, at: float) -> Resolved:
         """The outcome at ``at`` (an outcome given as a function of the time is called once)."""
@@ -202,6 +206,14 @@ class TerminalBuild:
 
     def __call__(self, at: float) -> Built:
         return self.built(self.resolve(at))
+
+
+def result_of(build: object, to_state: str) -> str | None:
+    """The result a build stores with its transition (R22): a ``TerminalBuild``'s, when it
+    moves to ``completed``; nothing otherwise."""
+    if to_state != "completed" or type(build) is not TerminalBuild:
+        return None
+    return build.result
 
 
 finished = TerminalBuild

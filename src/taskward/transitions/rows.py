@@ -33,7 +33,8 @@ class Move:
     """One run's transition, ready to write: the compare-and-swap (``update``: id, from state,
     the values it sets, its guard) and what its fact records. ``lease``: the lease under which
     the write happens when the guard presents one (None: the fact records the row's new lease).
-    ``payload``: the event's, when a group's writer built it once."""
+    ``payload``: the event's, when a group's writer built it once. ``result``: a completion's
+    return value as JSON text (R22), written with the fact when the move applies."""
 
     update: RunUpdate
     entity_type: str
@@ -48,6 +49,7 @@ class Move:
     digest: str
     lease: str | None
     payload: str | None = None
+    result: str | None = None
 
     @property
     def entity_id(self) -> str:
@@ -150,6 +152,14 @@ def event_payload(from_state: str, to_state: str, reason_code: str, actor: str) 
         f'{{"from":{json_string(from_state)},"to":{json_string(to_state)},'
         f'"reason_code":{json_string(reason_code)},"actor":{json_string(actor)}}}'
     )
+
+
+def result_row(move: Move, attempt: int) -> dict[str, Any] | None:
+    """The ``task_results`` row of an applied ``move`` (R22): its result, when it moved to
+    ``completed`` with one, under the attempt that completed; else None."""
+    if move.result is None or move.to_state != "completed":
+        return None
+    return {"task_id": move.update[0], "attempt": attempt, "result": move.result}
 
 
 def audit_rows(

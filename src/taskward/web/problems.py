@@ -25,6 +25,7 @@ from taskward.errors import (
     StoreError,
     StoreUnavailable,
     TaskIdempotencyConflict,
+    TaskNotCompleted,
     TaskNotFound,
     TaskNotRetryable,
     TaskValidationError,
@@ -45,6 +46,7 @@ _MAX_INT_BITS: Final = 1024  # Python refuses to print an int of more than 4300 
 ERROR_TABLE: Final[tuple[tuple[type[Exception], int, str, str], ...]] = (
     (NotificationNotRetryable, 409, "not-retryable", "Notification not retryable"),
     (TaskNotRetryable, 409, "not-retryable", "Task not retryable"),
+    (TaskNotCompleted, 409, "not-completed", "Task not completed"),
     (AdapterNotRegistered, 422, "invalid-input", "Invalid input"),
     (TaskValidationError, 422, "invalid-input", "Invalid input"),
     (TaskIdempotencyConflict, 409, "idempotency-conflict", "Idempotency key conflict"),
@@ -165,6 +167,8 @@ def problem_for_error(exc: TaskwardError, *, instance: str, retry_after_s: int) 
         extensions.update(idempotency_key=exc.key, existing_task_id=exc.existing_task_id)
     if isinstance(exc, TaskNotFound):
         extensions.update(task_id=exc.task_id)
+    if isinstance(exc, TaskNotCompleted):
+        extensions.update(task_id=exc.task_id, task_status=exc.status)
     if isinstance(exc, ScheduleNotFound):
         extensions.update(schedule_ref=exc.schedule_ref)
     if isinstance(exc, NotificationNotFound | NotificationNotRetryable):

@@ -329,12 +329,14 @@ LEFT JOIN u ON true;
 -- notification: its dedup key names the fact just inserted, so it cannot be taken once that
 --   insert succeeded: a plain insert too;
 -- has_dependents: R21, the rows whose dependents the caller settles in this transaction
---   (transitions.finish.finish_results).
+--   (transitions.finish.finish_results);
+-- result: R22, a completion's return value (:results, NULL for a row with none), written only
+--   for a row whose compare-and-swap applied, as transitions.rows.result_row builds it.
 WITH v AS MATERIALIZED (
   SELECT r.*, r.evidence::jsonb AS refs, :from_state::text AS g_status
   FROM unnest(:ids::text[], :attempts::integer[], :exit_codes::integer[], :evidence::text[],
-              :fact_ids::text[], :event_ids::text[], :outbox_ids::text[])
-    AS r(g_id, g_attempt, exit_code, evidence, fact_id, event_id, outbox_id)
+              :fact_ids::text[], :event_ids::text[], :outbox_ids::text[], :results::text[])
+    AS r(g_id, g_attempt, exit_code, evidence, fact_id, event_id, outbox_id, result)
 ), u AS (
   UPDATE schedule_runs SET
     status = :to_state::text, updated_at = :now::float8,
@@ -347,7 +349,7 @@ WITH v AS MATERIALIZED (
     AND schedule_runs.lease_attempts = v.g_attempt
   RETURNING schedule_runs.id, schedule_runs.leased_by, schedule_runs.lease_attempts,
             schedule_runs.has_dependents,
-            v.g_attempt, v.evidence, v.refs, v.fact_id, v.event_id, v.outbox_id
+            v.g_attempt, v.evidence, v.refs, v.fact_id, v.event_id, v.outbox_id, v.result
 ), fact AS (
   INSERT INTO status_transitions (
     id, entity_type, entity_id, previous_status, status, reason_code, reason_summary,
@@ -383,6 +385,11 @@ WITH v AS MATERIALIZED (
          :now::float8 + :outbox_ttl_s::float8
   FROM u
   WHERE outbox_id IS NOT NULL
+), result AS (
+  INSERT INTO task_results (task_id, attempt, result, result_bytes, created_at)
+  SELECT id, g_attempt, result, octet_length(result), :now::float8
+  FROM u
+  WHERE result IS NOT NULL AND :to_state::text = 'completed'
 )
 SELECT u.id, u.fact_id, u.event_id, true AS fact_written, u.has_dependents
 FROM u;
@@ -1072,6 +1079,32 @@ FROM unnest(
   :transition_id::text[], :body::text[], :max_attempts::integer[], :ttl_s::float8[]
 ) AS r(id, kind, dedup_key, schedule_run_id, transition_id, body, max_attempts, ttl_s)
 ON CONFLICT (dedup_key) DO NOTHING;
+
+-- name: result_insert_many
+-- R22: the return values of completions, written with their facts (transitions.apply: only
+-- for moves whose compare-and-swap applied); one row per (task, attempt), a plain insert.
+INSERT INTO task_results (task_id, attempt, result, result_bytes, created_at)
+SELECT r.task_id, r.attempt, r.result, octet_length(r.result), :now
+FROM unnest(:task_id::text[], :attempt::integer[], :result::text[]) AS r(task_id, attempt, result);
+
+-- name: result_get
+-- R22: a task's status and its completing attempt's stored result (NULL: none), in one read;
+-- no row: no such task. Only an applied completion writes a result, so the attempt is the
+-- row's last lease's.
+SELECT s.status, s.lease_attempts AS attempt, r.result
+FROM schedule_runs s
+LEFT JOIN task_results r ON r.task_id = s.id AND r.attempt = s.lease_attempts
+WHERE s.id = :id;
+
+-- name: result_of_dependencies
+-- R22: each dependency of :task_id (R21) with its stored result (NULL: none, or not
+-- completed), for the TaskContext of a function that declares one.
+SELECT d.depends_on_id, r.result
+FROM task_dependencies d
+LEFT JOIN schedule_runs s ON s.id = d.depends_on_id AND s.status = 'completed'
+LEFT JOIN task_results r ON r.task_id = s.id AND r.attempt = s.lease_attempts
+WHERE d.task_id = :task_id
+ORDER BY d.depends_on_id;
 
 -- name: summary_insert_many
 -- The complete summaries of a one-step finish (host.onestep: summary, completion and the next

@@ -863,6 +863,31 @@ INSERT INTO dispatch_outbox (
 )
 ON CONFLICT (dedup_key) DO NOTHING;
 
+-- name: result_insert_many
+-- R22: the return values of completions, written with their facts (transitions.apply: only
+-- for moves whose compare-and-swap applied); one row per (task, attempt), a plain insert.
+INSERT INTO task_results (task_id, attempt, result, result_bytes, created_at)
+VALUES (:task_id, :attempt, :result, length(CAST(:result AS BLOB)), :now);
+
+-- name: result_get
+-- R22: a task's status and its completing attempt's stored result (NULL: none), in one read;
+-- no row: no such task. Only an applied completion writes a result, so the attempt is the
+-- row's last lease's.
+SELECT s.status, s.lease_attempts AS attempt, r.result
+FROM schedule_runs s
+LEFT JOIN task_results r ON r.task_id = s.id AND r.attempt = s.lease_attempts
+WHERE s.id = :id;
+
+-- name: result_of_dependencies
+-- R22: each dependency of :task_id (R21) with its stored result (NULL: none, or not
+-- completed), for the TaskContext of a function that declares one.
+SELECT d.depends_on_id, r.result
+FROM task_dependencies d
+LEFT JOIN schedule_runs s ON s.id = d.depends_on_id AND s.status = 'completed'
+LEFT JOIN task_results r ON r.task_id = s.id AND r.attempt = s.lease_attempts
+WHERE d.task_id = :task_id
+ORDER BY d.depends_on_id;
+
 -- name: summary_insert_many
 -- The complete summaries of a one-step finish as plain inserts: a session that already has a
 -- row fails the statement and the batch takes the two-step path (PostgreSQL's comment says why).
