@@ -6,12 +6,10 @@ parameter receives the attempt and its dependencies' results."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 import uuid
 from typing import Any
 
-import psycopg
 import pytest
 
 import taskward
@@ -29,12 +27,20 @@ T0 = 1_000_000.0
 WORKER = "host:aaaaaaaa"
 
 
-async def submit(db: StateDB, kind: str, args: dict[str, Any], *, now: float = T0) -> str:
+async def submit(
+    db: StateDB,
+    kind: str,
+    args: dict[str, Any],
+    *,
+    now: float = T0,
+    depends_on: tuple[str, ...] = (),
+) -> str:
     app = taskward.TaskApplication(
         action_kind=kind,
         args=args,
         execution_target="host",
         idempotency_key=f"k-{uuid.uuid4()}",
+        depends_on=list(depends_on),
     )
     return await taskward.submit_task(db, app, registry=REGISTRY, now=now)
 
@@ -240,30 +246,16 @@ async def test_a_group_of_completions_that_lose_writes_no_results(db: StateDB) -
     assert await result_rows(db, second) == []
 
 
-async def _link(db_url: str, task_id: str, depends_on: list[str]) -> None:
-    """R21's links, written as admission will write them (that service is not on this
-    branch): rows of task_dependencies."""
-    rows = [(task_id, dep, T0) for dep in depends_on]
-    sql = "INSERT INTO task_dependencies (task_id, depends_on_id, created_at) VALUES "
-    if db_url.startswith("sqlite"):
-        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
-            conn.executemany(sql + "(?, ?, ?)", rows)
-    else:
-        with psycopg.connect(db_url) as conn:
-            conn.cursor().executemany(sql + "(%s, %s, %s)", rows)
-
-
 async def test_a_task_context_carries_the_attempt_and_its_dependencies_results(
-    db: StateDB, db_url: str
+    db: StateDB,
 ) -> None:
     result_tasks.SEEN.clear()
     a = await submit(db, "give", {"value": {"n": 2}})
     b = await submit(db, "give", {"value": {"n": 5}})
     c = await submit(db, "nothing", {})
     assert await run(db) == 3
-    fan = await submit(db, "fan_in", {"label": "all", "timeout_s": 30})
+    fan = await submit(db, "fan_in", {"label": "all", "timeout_s": 30}, depends_on=[a, b, c])
     alone = await submit(db, "fan_in", {"label": "alone"})
-    await _link(db_url, fan, [a, b, c])
     assert await run(db) == 2
     by_label = {seen["label"]: seen for seen in result_tasks.SEEN}
     seen = by_label["all"]
@@ -304,3 +296,27 @@ async def test_the_sync_client_reads_a_result(db: StateDB, db_url: str) -> None:
     assert value == [1, "two"]
     assert isinstance(not_completed, taskward.TaskNotCompleted)
     assert not_completed.status == "queued"
+
+
+async def test_a_workflows_fan_in_step_receives_its_parents_results_through_a_worker(
+    db: StateDB,
+) -> None:
+    """Issue 26: a workflow (fan-out of three, one fan-in) drained by a burst worker; the
+    fan-in's TaskContext holds each parent's stored result, and its own result is stored."""
+    result_tasks.SEEN.clear()
+    wf = taskward.Workflow("wf-results")
+    parts = wf.group([(f"part-{n}", "give", {"value": {"n": n}}) for n in (1, 2, 4)])
+    wf.step("sum", "fan_in", {"label": "sum"}, after=parts)
+    ids = await wf.submit(db, registry=REGISTRY)
+    config = WorkerConfig(
+        concurrency=4,
+        idle_wait_s=0.02,
+        run_scheduler=False,
+        deliver_outbox=False,
+        exit_when_idle=True,
+        reap_interval_s=3600.0,
+    )
+    assert await asyncio.wait_for(WorkerRuntime(db, REGISTRY, config).run(), 120) == 0
+    assert await taskward.get_task_result(db, ids["sum"]) == {"sum": 7, "label": "sum"}
+    [seen] = result_tasks.SEEN
+    assert seen["dependency_results"] == {ids[f"part-{n}"]: {"n": n} for n in (1, 2, 4)}
