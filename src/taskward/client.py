@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from taskward.adapters import build_registry
 from taskward.admission import (
     Admission,
+    admit_task,
     insert_params,
     replayed_admission,
     submit_tasks,
@@ -46,6 +47,7 @@ from taskward.registry import TaskAdapterRegistry
 from taskward.results import get_task_result
 from taskward.store.open import check_url, open_db, open_sync_db, resolve_url
 from taskward.store.port import Row, StateDB, SyncStatements
+from taskward.workflows import Workflow
 
 T = TypeVar("T")
 
@@ -155,6 +157,20 @@ class SyncClient:
     ) -> Admission:
         """``submit_task`` that also says whether this call inserted the row."""
         admitted = validate_admission(app, self._registry, admission_source)
+        if admitted.depends_on:
+            # R21: the insert, the links and the first readiness move are one transaction of
+            # transitions; the async admission writes them, through the portal.
+            registry = self._registry
+            return self._call(
+                lambda db: admit_task(
+                    db,
+                    app,
+                    registry=registry,
+                    admission_source=admission_source,
+                    schedule_id=schedule_id,
+                    now=now,
+                )
+            )
         db = self._store()
         params = insert_params(admitted, admission_source, schedule_id, now)
         if db.execute("run_insert_if_new", params):
@@ -177,6 +193,17 @@ class SyncClient:
                 if portal is None:
                     portal = self._portal = _Portal(self._url)
         return portal.call(function)
+
+    def submit_workflow(
+        self, workflow: Workflow, *, admission_source: str = "library", now: float | None = None
+    ) -> dict[str, str]:
+        """``Workflow.submit``: every step in one transaction; step name -> task id."""
+        registry = self._registry
+        return self._call(
+            lambda db: workflow.submit(
+                db, registry=registry, admission_source=admission_source, now=now
+            )
+        )
 
     def submit_tasks(
         self,

@@ -407,3 +407,26 @@ async def test_a_worker_drains_a_chain_and_a_fan_in_in_dependency_order(db: Stat
     for task_id in fan:
         assert await started(task_id) >= await ended(b)
     assert await started(join) >= max([await ended(t) for t in fan])
+
+
+async def test_the_sync_client_admits_dependencies_and_workflows(db: StateDB, db_url: str) -> None:
+    a = await submit(db, now=T0)
+
+    def scenario() -> tuple[str, str, dict[str, str]]:
+        with taskward.SyncClient(db_url, registry=REGISTRY) as client:
+            waiting = client.submit_task(app(idempotency_key="sync-dep", depends_on=[a]))
+            again = client.submit_task(app(idempotency_key="sync-dep", depends_on=[a]))
+            with pytest.raises(TaskValidationError):
+                client.submit_task(app(idempotency_key="sync-bad", depends_on=["nope"]))
+            wf = taskward.Workflow("sync-wf")
+            first = wf.step("first", "command", {"argv": ["true"]})
+            wf.step("second", "command", {"argv": ["true"]}, after=first)
+            return waiting, again, client.submit_workflow(wf)
+
+    waiting, again, ids = await asyncio.to_thread(scenario)
+    assert waiting == again
+    assert await status(db, waiting) == "waiting_dependency"
+    assert [await status(db, ids[n]) for n in ("first", "second")] == [
+        "queued",
+        "waiting_dependency",
+    ]
