@@ -24,7 +24,7 @@ task (``dependencies:<id>:<outcome>``), so a replay writes nothing twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 from taskward.canonical import dumps
@@ -145,12 +145,14 @@ def verdict_move(
     )
 
 
-def _grouped(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
-    """``dependency_statuses`` rows as task id -> (dependency id -> status)."""
-    grouped: dict[str, dict[str, str]] = {}
-    for row in rows:
-        grouped.setdefault(row["task_id"], {})[row["depends_on_id"]] = row["status"]
-    return grouped
+def verdict_of_counts(open_count: int, failed: tuple[str, str] | None) -> Verdict:
+    """R21's rule from a ``dependency_verdicts`` row: how many dependencies have not completed,
+    and the first that ended otherwise (its id and status), if any."""
+    if failed is not None:
+        return Verdict(Status.SKIPPED.value, failed, [])
+    if open_count:
+        return Verdict(Status.WAITING_DEPENDENCY.value, None, [])
+    return Verdict(Status.QUEUED.value, None, [])
 
 
 async def settle_moves(
@@ -170,20 +172,23 @@ async def settle_moves(
     if not waiting:
         return []
     rows = {row["id"]: row for row in waiting}
-    statuses = _grouped(await tx.fetchall("dependency_statuses", {"ids": dumps(list(rows))}))
+    counts = await tx.fetchall("dependency_verdicts", {"ids": dumps(list(rows))})
     moves: list[Move] = []
-    for task_id, row in rows.items():
-        found = statuses.get(task_id, {})
+    for found in counts:
+        failed = found["failed_id"]
         move = verdict_move(
-            task_id,
+            found["task_id"],
             Status.WAITING_DEPENDENCY.value,
-            verdict(found),
-            len(found),
-            run_after=row["run_after"],
+            verdict_of_counts(
+                int(found["open"]), (failed, found["failed_status"]) if failed else None
+            ),
+            int(found["total"]),
+            run_after=rows[found["task_id"]]["run_after"],
             now=tx.now,
         )
         if move is not None:
             moves.append(move)
+    moves.sort(key=lambda move: move.entity_id)  # the lock's order
     return moves
 
 
@@ -194,4 +199,5 @@ __all__ = [
     "settle_moves",
     "verdict",
     "verdict_move",
+    "verdict_of_counts",
 ]

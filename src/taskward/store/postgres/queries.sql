@@ -1223,12 +1223,22 @@ WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb)) AND status = 'waitin
 ORDER BY id
 FOR UPDATE;
 
--- name: dependency_statuses
--- R21: every dependency of the tasks :ids with its status, read after the dependents' lock.
-SELECT d.task_id, d.depends_on_id, r.status
-FROM task_dependencies d JOIN schedule_runs r ON r.id = d.depends_on_id
-WHERE d.task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb))
-ORDER BY d.task_id, d.depends_on_id;
+-- name: dependency_verdicts
+-- R21: per task of :ids, what the readiness rule needs of its dependencies, read after the
+-- dependents' lock (a statement of its own, so at least as new as the lock): how many, how
+-- many not completed, and the first (by id) that ended otherwise than completed with its
+-- status. One row per task, whatever its fan-in.
+SELECT v.task_id, v.total, v.open, v.failed_id, f.status AS failed_status
+FROM (
+  SELECT d.task_id, count(*) AS total,
+         count(*) FILTER (WHERE r.status <> 'completed') AS open,
+         min(r.id) FILTER (WHERE r.status IN ('failed', 'timed_out', 'skipped', 'cancelled'))
+           AS failed_id
+  FROM task_dependencies d JOIN schedule_runs r ON r.id = d.depends_on_id
+  WHERE d.task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb))
+  GROUP BY d.task_id
+) v
+LEFT JOIN schedule_runs f ON f.id = v.failed_id;
 
 -- name: dependencies_settleable
 -- R21's maintenance pass: waiting tasks the rule moves now (no dependency still active, or one

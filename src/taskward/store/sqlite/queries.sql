@@ -977,12 +977,21 @@ SELECT id, run_after FROM schedule_runs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'waiting_dependency'
 ORDER BY id;
 
--- name: dependency_statuses
--- R21: every dependency of the tasks :ids with its status, read after the dependents' lock.
-SELECT d.task_id, d.depends_on_id, r.status
-FROM task_dependencies d JOIN schedule_runs r ON r.id = d.depends_on_id
-WHERE d.task_id IN (SELECT value FROM json_each(:ids))
-ORDER BY d.task_id, d.depends_on_id;
+-- name: dependency_verdicts
+-- R21: per task of :ids, what the readiness rule needs of its dependencies, read after the
+-- dependents' lock: how many, how many not completed, and the first (by id) that ended
+-- otherwise than completed with its status. One row per task, whatever its fan-in.
+SELECT v.task_id, v.total, v.open, v.failed_id, f.status AS failed_status
+FROM (
+  SELECT d.task_id, count(*) AS total,
+         sum(CASE WHEN r.status = 'completed' THEN 0 ELSE 1 END) AS open,
+         min(CASE WHEN r.status IN ('failed', 'timed_out', 'skipped', 'cancelled')
+                  THEN r.id END) AS failed_id
+  FROM task_dependencies d JOIN schedule_runs r ON r.id = d.depends_on_id
+  WHERE d.task_id IN (SELECT value FROM json_each(:ids))
+  GROUP BY d.task_id
+) v
+LEFT JOIN schedule_runs f ON f.id = v.failed_id;
 
 -- name: dependencies_settleable
 -- R21's maintenance pass: waiting tasks the rule moves now (no dependency still active, or one
