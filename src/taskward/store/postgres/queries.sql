@@ -1195,8 +1195,13 @@ DELETE FROM revoked_sessions WHERE expires_at <= :now;
 -- dependency either commits first (and this statement, waiting for its row, then reads it
 -- ended) or waits for this admission to commit (and then reads has_dependents and settles the
 -- new dependent in its own transaction).
+-- The rows are locked in id order first (as dependents_waiting locks its rows), so an admission
+-- and a terminal write that settles dependents take their common rows' locks in one order:
+-- ids are time-ordered and a dependency is older than its dependents.
 UPDATE schedule_runs SET has_dependents = true
-WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb))
+WHERE id IN (SELECT id FROM schedule_runs
+             WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb))
+             ORDER BY id FOR UPDATE)
 RETURNING id, status;
 
 -- name: task_dependency_insert_many
