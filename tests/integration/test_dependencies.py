@@ -340,10 +340,12 @@ async def test_the_maintenance_pass_settles_what_a_terminal_write_did_not(
 
 
 async def test_the_last_two_dependencies_completing_at_once_queue_the_dependent_once(
-    db: StateDB,
+    db: StateDB, db_url: str
 ) -> None:
-    """Two transactions end a task's last two dependencies at the same moment (two workers): the
-    dependent is queued exactly once, and never left waiting."""
+    """Two workers (two stores opened on one database, each with its own connections) end a
+    task's last two dependencies at the same moment: the dependent is queued exactly once, and
+    never left waiting. Without the dependents' lock (``dependents_waiting ... FOR UPDATE``) the
+    PostgreSQL case leaves dependents waiting."""
     rounds = 12
     pairs = []
     for _ in range(rounds):
@@ -352,11 +354,11 @@ async def test_the_last_two_dependencies_completing_at_once_queue_the_dependent_
         await move(db, b, "queued", "running", now=T0)
         pairs.append((a, b, await submit(db, now=T0, depends_on=[a, b])))
 
-    async def finish(task_id: str) -> None:
-        await move(db, task_id, "running", "completed")
-
-    for a, b, _ in pairs:
-        await asyncio.gather(finish(a), finish(b))
+    async with taskward.open_db(db_url) as other:
+        for a, b, _ in pairs:
+            await asyncio.gather(
+                move(db, a, "running", "completed"), move(other, b, "running", "completed")
+            )
     for _, _, dependent in pairs:
         assert await status(db, dependent) == "queued"
         assert [f[2] for f in await facts(db, dependent)] == [
