@@ -38,6 +38,10 @@ The invariants and their codes (``CODES`` holds the same list):
   terminal fact, dedup key ``task-terminal:<transition-id>`` (``outbox_missing`` unless the caller
   says finished rows were purged, ``outbox_duplicate``), and none naming no terminal fact of its
   task (``outbox_orphan``);
+- dependencies (R21): no waiting task the readiness rule would move (``dependency_unsettled``:
+  a dependency's terminal transaction settles its dependents, the maintenance pass the rest),
+  none without a dependency (``waiting_without_dependencies``), and no task claimed before each
+  of its dependencies completed (``started_before_dependency``);
 - ``status_transitions`` refuses UPDATE and DELETE (``facts_mutable``): both are attempted on a
   probe fact inside a transaction that is always rolled back.
 
@@ -105,6 +109,9 @@ CODES: Final[Mapping[str, str]] = {
     "outbox_duplicate": "a terminal fact with more than one outbox row",
     "outbox_orphan": "an outbox row naming no terminal fact of its task",
     "facts_mutable": "status_transitions accepted an UPDATE or a DELETE",
+    "dependency_unsettled": "a waiting task the readiness rule would move (R21)",
+    "waiting_without_dependencies": "a waiting_dependency task with no dependency",
+    "started_before_dependency": "a task claimed before a dependency of its completed",
 }
 
 OUTBOX_TABLE: Final = "dispatch_outbox"
@@ -184,6 +191,7 @@ async def check_invariants(
         _check_fact_fields(db),
         _check_attempts(db),
         _check_summaries(db, require_all=require_summaries),
+        _check_dependencies(db),
     ]
     if outbox is not None and outbox["present"]:
         checks.append(_check_outbox(db, purged=outbox_purged))
@@ -376,6 +384,21 @@ async def _check_attempts(db: StateDB) -> list[Violation]:
                     f"{row['status']} with {attempts} attempts at ceiling {max_attempts}",
                 )
             )
+    return found
+
+
+_DEPENDENCY_PROBLEMS: Final = {
+    "unsettled": ("dependency_unsettled", "no dependency active, or one ended otherwise"),
+    "unlinked": ("waiting_without_dependencies", "waiting with no task_dependencies row"),
+    "early": ("started_before_dependency", "claimed before dependency {} completed"),
+}
+
+
+async def _check_dependencies(db: StateDB) -> list[Violation]:
+    found = []
+    for row in await db.fetchall("check_dependencies"):
+        code, detail = _DEPENDENCY_PROBLEMS[row["problem"]]
+        found.append(Violation(code, row["task_id"], detail.format(row["dependency_id"])))
     return found
 
 

@@ -50,12 +50,19 @@ T0 = time.time() + 3600.0
 CHECK_AT = T0 + 500.0  # C's lease (claimed at T0 + 404, 300 s) is still live
 
 
-async def submit(db: StateDB, *, argv: list[str] | None = None, now: float | None = None) -> str:
+async def submit(
+    db: StateDB,
+    *,
+    argv: list[str] | None = None,
+    now: float | None = None,
+    depends_on: tuple[str, ...] = (),
+) -> str:
     app = taskward.TaskApplication(
         action_kind="command",
         args={"argv": argv or ["true"]},
         execution_target="host",
         idempotency_key=f"k-{uuid.uuid4()}",
+        depends_on=list(depends_on),
     )
     return await taskward.submit_task(db, app, registry=REGISTRY, now=now)
 
@@ -629,9 +636,45 @@ async def test_without_required_summaries_only_cited_summaries_are_checked(
     assert await codes(db, require_summaries=False) == {"summary_missing"}
 
 
+async def test_dependencies_unsettled_unlinked_or_overtaken_are_reported(
+    db: StateDB, scenario: Scenario, raw: Raw
+) -> None:
+    """R21: a waiting task after its dependency ended (a settle lost), one with no links, and a
+    task that ran before its dependency completed."""
+    waiting = await submit(db, now=T0 + 5, depends_on=(scenario.b,))
+    assert await codes(db) == set()
+    raw.run("UPDATE schedule_runs SET status = 'cancelled' WHERE id = ?", scenario.b)
+    assert await codes(db) == {"dependency_unsettled", "status_mismatch", "terminal_fact_count"}
+    raw.run("UPDATE schedule_runs SET status = 'queued' WHERE id = ?", scenario.b)
+    raw.run("DELETE FROM task_dependencies WHERE task_id = ?", waiting)
+    assert await codes(db) == {"waiting_without_dependencies"}
+    raw.run(
+        "INSERT INTO task_dependencies (task_id, depends_on_id, created_at) VALUES (?, ?, ?)",
+        waiting,
+        scenario.b,
+        T0,
+    )
+    # A ran (claimed, completed) although B, linked as its dependency now, never completed
+    raw.run(
+        "INSERT INTO task_dependencies (task_id, depends_on_id, created_at) VALUES (?, ?, ?)",
+        scenario.a,
+        scenario.b,
+        T0,
+    )
+    found = await check_invariants(db, now=CHECK_AT)
+    assert [(v.code, v.task_id, v.detail) for v in found] == [
+        (
+            "started_before_dependency",
+            scenario.a,
+            f"claimed before dependency {scenario.b} completed",
+        )
+    ]
+
+
 def test_every_code_is_exercised() -> None:
     covered = set().union(*(expected for _, expected in CORRUPTIONS.values()))
     covered |= {"fact_without_run", "stranded_at_ceiling"}
+    covered |= {"dependency_unsettled", "waiting_without_dependencies", "started_before_dependency"}
     assert covered == set(CODES)
 
 

@@ -17,6 +17,7 @@ import taskward
 from taskward import TaskApplication, TaskIdempotencyConflict, TaskValidationError
 from taskward.admission import application_hash_of, validate_application
 from taskward.canonical import content_hash
+from taskward.checker import assert_invariants
 from taskward.claims import WorkerSpec, claim_rows
 from taskward.dependencies import task_dependencies
 from taskward.fields import MAX_DEPENDENCIES
@@ -409,6 +410,7 @@ async def test_a_worker_drains_a_chain_and_a_fan_in_in_dependency_order(db: Stat
     for task_id in fan:
         assert await started(task_id) >= await ended(b)
     assert await started(join) >= max([await ended(t) for t in fan])
+    await assert_invariants(db)  # facts, events, summaries, outbox; R21's three checks
 
 
 async def test_the_sync_client_admits_dependencies_and_workflows(db: StateDB, db_url: str) -> None:

@@ -1280,3 +1280,33 @@ LIMIT :limit;
 -- R21: whether any task waits for its dependencies (a burst worker keeps serving while one
 -- does). One probe of idx_schedule_runs_queue (status, queued_at).
 SELECT id FROM schedule_runs WHERE status = 'waiting_dependency' LIMIT 1;
+
+-- name: check_dependencies
+-- R21 at quiescence: a waiting task the readiness rule would move ('unsettled': none of its
+-- dependencies active, or one ended otherwise), a waiting task with no dependency ('unlinked'),
+-- and a task claimed before a dependency of its completed ('early': its first running fact
+-- precedes that dependency's completed fact, or the dependency never completed).
+SELECT w.id AS task_id, 'unsettled' AS problem, NULL AS dependency_id FROM schedule_runs w
+WHERE w.status = 'waiting_dependency'
+  AND EXISTS (SELECT 1 FROM task_dependencies d WHERE d.task_id = w.id)
+  AND (NOT EXISTS (SELECT 1 FROM task_dependencies d JOIN schedule_runs p ON p.id = d.depends_on_id
+                   WHERE d.task_id = w.id
+                     AND p.status IN ('queued', 'waiting_dependency', 'running', 'retry_wait'))
+       OR EXISTS (SELECT 1 FROM task_dependencies d JOIN schedule_runs p ON p.id = d.depends_on_id
+                  WHERE d.task_id = w.id
+                    AND p.status IN ('failed', 'timed_out', 'skipped', 'cancelled')))
+UNION ALL
+SELECT w.id, 'unlinked', NULL FROM schedule_runs w
+WHERE w.status = 'waiting_dependency'
+  AND NOT EXISTS (SELECT 1 FROM task_dependencies d WHERE d.task_id = w.id)
+UNION ALL
+SELECT c.task_id, 'early', c.depends_on_id FROM (
+  SELECT d.task_id, d.depends_on_id,
+         (SELECT min(f.created_at) FROM status_transitions f
+          WHERE f.entity_id = d.task_id AND f.status = 'running') AS claimed_at
+  FROM task_dependencies d
+) c
+WHERE c.claimed_at IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM status_transitions f
+                  WHERE f.entity_id = c.depends_on_id AND f.status = 'completed'
+                    AND f.created_at <= c.claimed_at);
