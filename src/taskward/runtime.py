@@ -228,12 +228,12 @@ class WorkerRuntime:
         from taskward.claims import find_candidates
 
         # any retry_wait row will come back: burst mode waits for it, and for a task waiting
-        # for its dependencies (R21: it comes back queued or ends skipped, possibly in the
+        # on a running dependency (R21: that dependency's end queues it, possibly in the
         # acknowledgement of a task this worker just ran); a delayed row (R16) not yet due does
         # not keep a burst worker (its queue is drained of what is due)
         due = await self.db.fetchall("run_due_retries", {"now": float("inf"), "limit": 1})
         if not due:
-            due = await self.db.fetchall("run_any_waiting", {})
+            due = await self.db.fetchall("run_waiting_on_running", {})
         return bool(due) or bool(
             await find_candidates(self.db, self.spec, limit=1, now=await self.db.now())
         )

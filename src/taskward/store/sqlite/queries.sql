@@ -1024,10 +1024,17 @@ WHERE d.depends_on_id = :id
 ORDER BY r.id
 LIMIT :limit;
 
--- name: run_any_waiting
--- R21: whether any task waits for its dependencies (a burst worker keeps serving while one
--- does). One probe of idx_schedule_runs_queue (status, queued_at).
-SELECT id FROM schedule_runs WHERE status = 'waiting_dependency' LIMIT 1;
+-- name: run_waiting_on_running
+-- R21: whether a task waits for a dependency that is running or will run again (retry_wait):
+-- a burst worker keeps serving while one does, since that dependency's end may queue work for
+-- it. A dependency still queued does not count (the worker claims it if it serves its kind,
+-- and it must not wait for kinds it does not serve). Reads the running and retry_wait rows
+-- (idx_schedule_runs_queue), then their links (idx_task_dependencies_on).
+SELECT w.id FROM schedule_runs p
+JOIN task_dependencies d ON d.depends_on_id = p.id
+JOIN schedule_runs w ON w.id = d.task_id
+WHERE p.status IN ('running', 'retry_wait') AND w.status = 'waiting_dependency'
+LIMIT 1;
 
 -- name: check_dependencies
 -- R21 at quiescence: a waiting task the readiness rule would move ('unsettled': none of its
