@@ -214,14 +214,24 @@ class WorkerRuntime:
                 await asyncio.sleep(streak.failed(exc))
 
     async def _burst_watch(self) -> None:
-        """With exit_when_idle: stop claiming once a claim pass finds nothing and no task runs."""
+        """With exit_when_idle: stop claiming once a claim pass finds nothing and no task runs.
+
+        Invariant: the host was idle for the whole check -- no task active and no claim pass in
+        flight before and after it, and no task claimed while it ran. A claim in flight holds
+        its rows' locks (the check's read skips them) and has not yet made its task active, and
+        the task it claims may queue work when it ends (a dependent, R21): a check it overlaps
+        decides nothing."""
+        host = self.host
         while True:
             raise_if_cancelling()
             await asyncio.sleep(self.config.idle_wait_s)
-            if self.host.active_count == 0 and not await retry_while_unavailable(
+            if host.active_count or not host.claim_settled:
+                continue
+            claimed = host.stats.claimed
+            if not await retry_while_unavailable(
                 self._has_claimable, what="burst idle check", logger=log
-            ):
-                self.host.stop_claiming("idle")
+            ) and (host.active_count == 0 and host.claim_settled and host.stats.claimed == claimed):
+                host.stop_claiming("idle")
                 return
 
     async def _has_claimable(self) -> bool:

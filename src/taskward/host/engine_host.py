@@ -125,6 +125,11 @@ class ResidentEngineHost(HostJobs):
         return len(self._active)
 
     @property
+    def claim_settled(self) -> bool:
+        """No claim pass is in flight (one in flight may still hand this host tasks)."""
+        return self._claims_settled.is_set()
+
+    @property
     def active_tasks(self) -> list[Task]:
         return list(self._active.values())
 
