@@ -14,9 +14,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from taskward.cursors import MAX_CURSOR_LENGTH
-from taskward.dashboard import limitviews, views
+from taskward.dashboard import graphviews, limitviews, views
 from taskward.dashboard.render import html, secure
 from taskward.dashboard.session import Session, new_session, session_principal
+from taskward.dependencies import task_dependencies
 from taskward.errors import StoreError, TaskNotFound, TaskValidationError
 from taskward.lifecycle import Status, is_terminal
 from taskward.limits import list_limits
@@ -136,6 +137,10 @@ async def _page(
     )
 
 
+# For the page modules beside this one (``graphpages``): the same access, errors and template.
+render_page = _page
+
+
 async def _data(request: Request, data: DataFn) -> Response:
     services = services_of(request)
     found = await session_principal(services.config, request)
@@ -218,6 +223,9 @@ def _task_id(request: Request) -> str:
     return task_id
 
 
+task_id_of = _task_id
+
+
 async def _task_regions(db: StateDB, request: Request, *, with_retries: bool) -> dict[str, Any]:
     task_id = _task_id(request)
     row = await get_task(db, task_id)
@@ -228,7 +236,13 @@ async def _task_regions(db: StateDB, request: Request, *, with_retries: bool) ->
     retries = None
     if with_retries and is_terminal(row["status"]):  # only an ended task is retried (R19)
         retries = await list_retries(db, task_id, limit=views.PAGE_SIZE)
-    return views.task_regions(row, placement, facts, events, retries, now=now)
+    regions = views.task_regions(row, placement, facts, events, retries, now=now)
+    links = await task_dependencies(db, task_id)  # R21: "Depends on", "Needed by", and why
+    regions.update(graphviews.dependency_regions(task_id, links["parents"], links["children"]))
+    waiting = graphviews.waiting_item(row, links["parents"])
+    if waiting is not None:
+        regions["fields"]["items"].append(waiting)
+    return regions
 
 
 async def task_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
