@@ -327,3 +327,64 @@ def test_a_kind_is_paused_and_resumed_from_the_limits_page(browser: Any, service
         assert "kind:command" not in limits()
     finally:  # the other tests of this module run command tasks
         httpx.post(f"{service}/api/kinds/command/resume", timeout=10)
+
+
+def test_the_workflow_view_draws_a_chain_and_a_fan_in(
+    browser: Any, service: str, tmp_path: Path
+) -> None:
+    """R21's workflow view of a small DAG (a chain a <- b <- c, and a fan-in c, d, e <- f) as
+    Chromium renders it: one SVG node per task, one edge per link, a node links to its task's
+    page (where "Depends on" lists its parents). A screenshot is written to tmp_path."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def task(key: str, *depends_on: str) -> str:
+        # A target no worker serves: the tasks stay as admitted while the page is looked at.
+        return _submit(
+            service,
+            {
+                "action_kind": "command",
+                "args": {"argv": ["true"]},
+                "execution_target": "daytona",
+                "idempotency_key": f"dag-{key}",
+                "depends_on": list(depends_on),
+            },
+        )
+
+    a = task("a")
+    b = task("b", a)
+    c = task("c", b)
+    d, e = task("d"), task("e")
+    f = task("f", c, d, e)
+    browser.get(f"{service}/tasks/{f}")
+    assert "waiting for 3 of 3 dependencies" in _text(browser, '[data-field="placement"]')
+    browser.find_element(By.LINK_TEXT, "workflow view").click()
+    WebDriverWait(browser, WAIT_S, poll_frequency=0.1).until(
+        lambda drv: drv.current_url.endswith(f"/tasks/{f}/graph")
+    )
+    drawn = browser.execute_script(
+        "const svg = document.querySelector('svg.dag');"
+        "const box = svg.getBoundingClientRect();"
+        "return {nodes: Array.from(svg.querySelectorAll('a.dag-node'),"
+        "  n => [n.getAttribute('data-task-id'), n.getAttribute('data-status'),"
+        "        n.querySelector('rect').getBBox().x]),"
+        " edges: svg.querySelectorAll('path.dag-edge').length,"
+        " width: box.width, height: box.height};"
+    )
+    nodes = {task_id: (status, x) for task_id, status, x in drawn["nodes"]}
+    assert set(nodes) == {a, b, c, d, e, f}
+    assert drawn["edges"] == 5
+    assert drawn["width"] > 0 and drawn["height"] > 0  # laid out, not an empty box
+    assert nodes[a][0] == "queued" and nodes[f][0] == "waiting_dependency"
+    assert nodes[a][1] == nodes[d][1] < nodes[b][1] < nodes[c][1] < nodes[f][1]
+    shot = tmp_path / "workflow-graph.png"
+    assert browser.save_screenshot(str(shot))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    print(f"workflow view screenshot: {shot}")
+    # A node is a link to its task's page.
+    browser.find_element(By.CSS_SELECTOR, f'a.dag-node[data-task-id="{c}"]').click()
+    WebDriverWait(browser, WAIT_S, poll_frequency=0.1).until(
+        lambda drv: drv.current_url.endswith(f"/tasks/{c}")
+    )
+    assert b in _text(browser, '[data-region="depends-on"]')
+    assert f in _text(browser, '[data-region="needed-by"]')

@@ -78,7 +78,7 @@ def test_the_python_and_shell_examples_run_as_written(folder: Path) -> None:
     assert run([python, "sync_submit.py"], folder, env).stdout.split() == ["queued"]
     (folder / "first_steps.sh").write_text(shell_block("taskward task submit command"))
     done = run(["bash", "-euo", "pipefail", "first_steps.sh"], folder, env)
-    # Both tasks ran (the key the scripts used admitted one send_report task, not three), the
+    # Every task ran (the key the scripts used admitted one send_report task, not three), the
     # echo task's history was shown and its cancel answered already_terminal.
     assert "already_terminal (status: completed)" in done.stdout
     assert "running -> completed" in done.stdout
@@ -86,10 +86,13 @@ def test_the_python_and_shell_examples_run_as_written(folder: Path) -> None:
     listed = run(["taskward", "task", "list", "--json"], folder, env).stdout
     rows = json.loads(listed)
     tasks = rows["tasks"] if isinstance(rows, dict) else rows
+    # The echo task that depends on the first ran after it (R21), and the tree showed the link.
     assert sorted((t["action_kind"], t["status"]) for t in tasks) == [
+        ("command", "completed"),
         ("command", "completed"),
         ("send_report", "completed"),
     ]
+    assert "needed by:" in done.stdout
 
 
 def free_port() -> int:

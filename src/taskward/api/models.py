@@ -78,6 +78,14 @@ class TaskSubmission(BaseModel):
     limit_key: str | None = Field(
         default=None, description="R20: a limit key (tenant:acme) beside kind:<action_kind>."
     )
+    depends_on: list[str] = Field(
+        default_factory=list,
+        strict=True,
+        description="R21: ids of existing tasks (at most 1,000) this one runs after: it waits "
+        "(`waiting_dependency`) until every one has completed, and is skipped "
+        "(`dependency_failed`) when one ends otherwise. An id that does not exist is a 422 "
+        "listing it; nothing stored. Sorted and de-duplicated, it joins the application hash.",
+    )
 
 
 class SubmitResult(BaseModel):
@@ -199,6 +207,28 @@ class TaskResultOut(BaseModel):
     task_id: str
     attempt: int
     result: Any = None
+
+
+class DependencyRow(BaseModel):
+    """A task linked to another by R21's ``task_dependencies``, with its state."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    action_kind: str
+    status: str = Field(json_schema_extra={"enum": list[JsonValue](STATUS_ENUM)})
+    idempotency_key: str | None = None
+    created_at: float
+    ended_at: float | None = None
+
+
+class Dependencies(BaseModel):
+    """A task's R21 links: what it depends on and what depends on it (at most 1,000 of each,
+    in id order)."""
+
+    task_id: str
+    parents: list[DependencyRow] = Field(description="The tasks this one runs after.")
+    children: list[DependencyRow] = Field(description="The tasks that run after this one.")
 
 
 class WorkerOut(BaseModel):

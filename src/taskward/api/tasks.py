@@ -121,6 +121,9 @@ def _check_task_id(task_id: str) -> None:
         raise TaskNotFound(task_id[:MAX_ID_LENGTH])
 
 
+check_task_id = _check_task_id  # the same check for the task routes of other modules
+
+
 @router.post(
     "/tasks",
     name="submit_task",
@@ -169,6 +172,7 @@ async def submit(
             priority=body.priority,
             max_attempts=body.max_attempts,
             limit_key=body.limit_key,
+            depends_on=body.depends_on,
         )
         admission = await admit_task(db, app, registry=services.registry, admission_source="http")
     except TaskValidationError:

@@ -133,6 +133,12 @@ def parse_args(text: str) -> dict[str, Any]:
     return value
 
 
+def split_ids(values: tuple[str, ...]) -> list[str]:
+    """A repeatable option's ids, each value also a comma-separated list (``--depends-on a,b``):
+    stripped, empty pieces dropped; checked (R21) by admission."""
+    return [piece.strip() for value in values for piece in value.split(",") if piece.strip()]
+
+
 def registry_for(state: CliState, config: AdapterConfig | None = None) -> TaskAdapterRegistry:
     """The built-in adapters plus ``TASKWARD_IMPORTS`` and ``--import`` modules (``config``:
     the adapter configuration, default ``AdapterConfig.from_env()``)."""

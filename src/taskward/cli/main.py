@@ -36,10 +36,12 @@ from taskward.cli.common import (
     parse_time,
     pass_state,
     registry_for,
+    split_ids,
     template_options,
     with_db,
 )
 from taskward.cli.errors import EXIT_OK, report
+from taskward.cli.tree_cmd import task_tree
 from taskward.cli.worker_cmd import task_wait, worker
 from taskward.fields import run_after_for_delay
 from taskward.models import EXECUTION_TARGETS, check_key
@@ -144,6 +146,14 @@ def task() -> None:
     help="This task's attempt ceiling, 1..100 (default: its kind's, else the queue's).",
 )
 @click.option("--limit-key", metavar="KEY", help="A limit key, e.g. tenant:acme (taskward limit).")
+@click.option(
+    "--depends-on",
+    "depends_on",
+    multiple=True,
+    metavar="ID",
+    help="Run only after task ID completes (repeatable, or comma-separated ids); "
+    "see: taskward task tree.",
+)
 @json_option
 @pass_state
 def task_submit(
@@ -160,6 +170,7 @@ def task_submit(
     priority: int,
     max_attempts: int | None,
     limit_key: str | None,
+    depends_on: tuple[str, ...],
 ) -> None:
     """Submit a task of action KIND and print its id."""
     out = state.output
@@ -182,6 +193,7 @@ def task_submit(
         priority=priority,
         max_attempts=max_attempts,
         limit_key=limit_key,
+        depends_on=split_ids(depends_on),
     )
     validate_application(app, registry)  # bad input exits 2 before a key is announced
     if generated:
@@ -346,6 +358,7 @@ def task_retry(state: CliState, task_id: str, key: str | None) -> None:
 
 cli.add_command(worker)
 task.add_command(task_wait)
+task.add_command(task_tree)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,10 +14,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from taskward.cursors import MAX_CURSOR_LENGTH
-from taskward.dashboard import limitviews, views
+from taskward.dashboard import graphviews, limitviews, views
 from taskward.dashboard.render import html, secure
 from taskward.dashboard.resultview import result_regions
 from taskward.dashboard.session import Session, new_session, session_principal
+from taskward.dependencies import task_dependencies
 from taskward.errors import StoreError, TaskNotFound, TaskValidationError
 from taskward.lifecycle import Status, is_terminal
 from taskward.limits import list_limits
@@ -138,6 +139,10 @@ async def _page(
     )
 
 
+# For the page modules beside this one (``graphpages``): the same access, errors and template.
+render_page = _page
+
+
 async def _read_refused(request: Request) -> Response | None:
     """The answer to a data request that may not read (no session, or no 'read' scope)."""
     services = services_of(request)
@@ -229,6 +234,9 @@ def _task_id(request: Request) -> str:
     return task_id
 
 
+task_id_of = _task_id
+
+
 async def _task_regions(db: StateDB, request: Request, *, with_retries: bool) -> dict[str, Any]:
     task_id = _task_id(request)
     row = await get_task(db, task_id)
@@ -242,6 +250,11 @@ async def _task_regions(db: StateDB, request: Request, *, with_retries: bool) ->
     regions = views.task_regions(row, placement, facts, events, retries, now=now)
     stored = await read_task_result(db, task_id) if row["status"] == "completed" else None
     regions.update(result_regions(task_id, stored))  # R22
+    links = await task_dependencies(db, task_id)  # R21: "Depends on", "Needed by", and why
+    regions.update(graphviews.dependency_regions(task_id, links["parents"], links["children"]))
+    waiting = graphviews.waiting_item(row, links["parents"])
+    if waiting is not None:
+        regions["fields"]["items"].append(waiting)
     return regions
 
 

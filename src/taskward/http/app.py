@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from taskward.adapters import AdapterConfig, build_registry
-from taskward.api import limits, operations, tasks
+from taskward.api import dependencies, limits, operations, tasks
 from taskward.dashboard import mount_dashboard
 from taskward.http import system
 from taskward.http.guards import RequestGuards
@@ -129,6 +129,7 @@ def create_app(
 
     app.openapi = openapi_with_problems  # type: ignore[method-assign]
     app.include_router(tasks.router)
+    app.include_router(dependencies.dependencies_router)
     app.include_router(tasks.workers_router)
     app.include_router(operations.schedules_router)
     app.include_router(operations.outbox_router)

@@ -38,6 +38,7 @@ log = logging.getLogger("taskward.http")
 PROBLEM_JSON: Final = "application/problem+json"
 _TYPE_PREFIX: Final = "urn:taskward:problem:"
 _MAX_VALUE_CHARS: Final = 200
+_MAX_LISTED_VALUES: Final = 20
 _MAX_DETAIL_CHARS: Final = 2000
 _MAX_DEPTH: Final = 8
 _MAX_INT_BITS: Final = 1024  # Python refuses to print an int of more than 4300 digits
@@ -145,6 +146,12 @@ def _shown_value(value: Any) -> Any:
     (``_encodable``): the value may be the very text that was refused for not being UTF-8."""
     if value is None or isinstance(value, bool | int | float):
         return _encodable(value)
+    if (
+        isinstance(value, list)
+        and len(value) <= _MAX_LISTED_VALUES
+        and all(isinstance(v, str) and len(v) <= _MAX_VALUE_CHARS for v in value)
+    ):
+        return _encodable(value)  # a few ids stay a JSON list: R21's missing depends_on ids
     text = value if isinstance(value, str) else _safe_repr(value)
     return _encodable(_bounded(text, _MAX_VALUE_CHARS))
 
