@@ -20,7 +20,7 @@ dependent is admitted, and links never change.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from taskward.canonical import dumps
 from taskward.errors import TaskNotFound, TaskValidationError
@@ -102,4 +102,52 @@ async def task_dependencies(
     }
 
 
-__all__ = ["MAX_LISTED", "link_admitted", "task_dependencies"]
+class LinkedTasks(NamedTuple):
+    """A connected part of the dependency graph around a task: rows by id (as
+    ``task_dependencies`` lists them), links as ``(task_id, depends_on_id)`` pairs between read
+    tasks, and whether more tasks are linked than were read."""
+
+    nodes: dict[str, Row]
+    edges: set[tuple[str, str]]
+    truncated: bool
+
+
+async def linked_tasks(db: StateDB, task_id: str, *, max_nodes: int = 200) -> LinkedTasks:
+    """The tasks linked to ``task_id`` through any chain of dependencies (either way), nearest
+    first, at most ``max_nodes``, with every link between two of them: breadth-first, two
+    statements a layer (its links, then its new tasks' rows), whatever the layer's width.
+
+    Raises:
+        TaskNotFound: no task has this id.
+    """
+    found = await db.fetchall("run_summaries", {"ids": dumps([task_id])})
+    if not found:
+        raise TaskNotFound(task_id)
+    nodes: dict[str, Row] = {task_id: found[0]}
+    edges: set[tuple[str, str]] = set()
+    truncated = False
+    frontier = [task_id]
+    while frontier:
+        links = await db.fetchall(
+            "task_links_of", {"ids": dumps(frontier), "limit": max_nodes * MAX_LISTED}
+        )
+        new: list[str] = []
+        for link in links:
+            for other in (link["task_id"], link["depends_on_id"]):
+                if other not in nodes and other not in new:
+                    if len(nodes) + len(new) >= max_nodes:
+                        truncated = True
+                        continue
+                    new.append(other)
+        rows = await db.fetchall("run_summaries", {"ids": dumps(new)}) if new else []
+        nodes.update((row["id"], row) for row in rows)
+        edges.update(
+            (link["task_id"], link["depends_on_id"])
+            for link in links
+            if link["task_id"] in nodes and link["depends_on_id"] in nodes
+        )
+        frontier = [row["id"] for row in rows]
+    return LinkedTasks(nodes, edges, truncated)
+
+
+__all__ = ["MAX_LISTED", "LinkedTasks", "link_admitted", "linked_tasks", "task_dependencies"]

@@ -434,3 +434,22 @@ async def test_the_sync_client_admits_dependencies_and_workflows(db: StateDB, db
         "queued",
         "waiting_dependency",
     ]
+
+
+async def test_linked_tasks_walks_the_graph_both_ways_and_bounds_it(db: StateDB) -> None:
+    a, other = await submit(db, now=T0), await submit(db, now=T0)
+    b = await submit(db, now=T0, depends_on=[a])
+    c = await submit(db, now=T0, depends_on=[a])
+    d = await submit(db, now=T0, depends_on=[b, c, other])
+    lonely = await submit(db, now=T0)
+    found = await taskward.dependencies.linked_tasks(db, b)
+    assert set(found.nodes) == {a, b, c, d, other}
+    assert found.edges == {(b, a), (c, a), (d, b), (d, c), (d, other)}
+    assert not found.truncated
+    assert found.nodes[d]["status"] == "waiting_dependency"
+    small = await taskward.dependencies.linked_tasks(db, a, max_nodes=3)
+    assert (len(small.nodes), small.truncated) == (3, True)
+    assert all(x in small.nodes and y in small.nodes for x, y in small.edges)
+    assert set((await taskward.dependencies.linked_tasks(db, lonely)).nodes) == {lonely}
+    with pytest.raises(taskward.TaskNotFound):
+        await taskward.dependencies.linked_tasks(db, "no-such-task")

@@ -1,23 +1,21 @@
 """The dashboard's workflow view (DESIGN.md R21): ``/tasks/{id}/graph`` draws the task's
 connected dependency graph as an inline SVG rendered on the server (no script, no library).
 
-The graph is read breadth-first from the task, parents and children alike, one
-``dependencies.task_dependencies`` read per task, up to ``graphviews.MAX_GRAPH_NODES`` tasks; a
-larger graph is drawn as far as it was read and says so. The page does not poll: a reload
+The graph is read breadth-first from the task, parents and children alike, two statements a
+layer (``dependencies.linked_tasks``), up to ``graphviews.MAX_GRAPH_NODES`` tasks; a larger
+graph is drawn as far as it was read and says so. The page does not poll: a reload
 redraws it with the statuses of now.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from taskward.dashboard import graphviews, pages
-from taskward.dependencies import task_dependencies
-from taskward.reads import get_task
+from taskward.dependencies import linked_tasks
 from taskward.store import StateDB
 from taskward.web.state import Services
 
@@ -28,27 +26,15 @@ async def read_graph(
     db: StateDB, task_id: str, *, max_nodes: int = graphviews.MAX_GRAPH_NODES
 ) -> graphviews.Graph:
     """The tasks linked to ``task_id`` through any chain of dependencies, nearest first, at
-    most ``max_nodes``, with every link between two of them.
+    most ``max_nodes``, with every link between two of them (``dependencies.linked_tasks``).
 
     Raises:
         TaskNotFound: no task has this id.
     """
-    graph = graphviews.Graph(focus=task_id)
-    graph.nodes[task_id] = await get_task(db, task_id)
-    queue = deque([task_id])
-    while queue:
-        node = queue.popleft()
-        links = await task_dependencies(db, node)
-        for side, rows in (("parents", links["parents"]), ("children", links["children"])):
-            for row in rows:
-                other = str(row["id"])
-                if other not in graph.nodes:
-                    if len(graph.nodes) >= max_nodes:
-                        graph.truncated = True
-                        continue
-                    graph.nodes[other] = row
-                    queue.append(other)
-                graph.edges.add((node, other) if side == "parents" else (other, node))
+    found = await linked_tasks(db, task_id, max_nodes=max_nodes)
+    graph = graphviews.Graph(focus=task_id, truncated=found.truncated)
+    graph.nodes.update(found.nodes)
+    graph.edges.update(found.edges)
     return graph
 
 

@@ -1317,3 +1317,19 @@ WHERE c.claimed_at IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM status_transitions f
                   WHERE f.entity_id = c.depends_on_id AND f.status = 'completed'
                     AND f.created_at <= c.claimed_at);
+
+-- name: task_links_of
+-- R21's links touching the tasks :ids (a JSON array), either end: one layer of a breadth-first
+-- walk of a task's graph (dependencies.linked_tasks), by the primary key and
+-- idx_task_dependencies_on.
+SELECT task_id, depends_on_id FROM task_dependencies
+WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb))
+UNION
+SELECT task_id, depends_on_id FROM task_dependencies
+WHERE depends_on_id IN (SELECT jsonb_array_elements_text(:ids::jsonb))
+LIMIT :limit;
+
+-- name: run_summaries
+-- What a graph or tree shows of the tasks :ids (a JSON array).
+SELECT id, action_kind, status, idempotency_key, created_at, ended_at FROM schedule_runs
+WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
