@@ -395,8 +395,16 @@ _DEPENDENCY_PROBLEMS: Final = {
 
 
 async def _check_dependencies(db: StateDB) -> list[Violation]:
-    found = []
-    for row in await db.fetchall("check_dependencies"):
+    # R21: what the maintenance pass would settle now (at most a batch's worth named), then the
+    # links' own checks
+    rows = await db.fetchall("check_dependencies")
+    unlinked = {row["task_id"] for row in rows if row["problem"] == "unlinked"}
+    found = [
+        Violation("dependency_unsettled", row["id"], _DEPENDENCY_PROBLEMS["unsettled"][1])
+        for row in await db.fetchall("dependencies_settleable", {"limit": 10_000})
+        if row["id"] not in unlinked  # reported as waiting_without_dependencies
+    ]
+    for row in rows:
         code, detail = _DEPENDENCY_PROBLEMS[row["problem"]]
         found.append(Violation(code, row["task_id"], detail.format(row["dependency_id"])))
     return found

@@ -1037,21 +1037,11 @@ WHERE p.status IN ('running', 'retry_wait') AND w.status = 'waiting_dependency'
 LIMIT 1;
 
 -- name: check_dependencies
--- R21 at quiescence: a waiting task the readiness rule would move ('unsettled': none of its
--- dependencies active, or one ended otherwise), a waiting task with no dependency ('unlinked'),
--- and a task claimed before a dependency of its completed ('early': its first running fact
--- precedes that dependency's completed fact, or the dependency never completed).
-SELECT w.id AS task_id, 'unsettled' AS problem, NULL AS dependency_id FROM schedule_runs w
-WHERE w.status = 'waiting_dependency'
-  AND EXISTS (SELECT 1 FROM task_dependencies d WHERE d.task_id = w.id)
-  AND (NOT EXISTS (SELECT 1 FROM task_dependencies d JOIN schedule_runs p ON p.id = d.depends_on_id
-                   WHERE d.task_id = w.id
-                     AND p.status IN ('queued', 'waiting_dependency', 'running', 'retry_wait'))
-       OR EXISTS (SELECT 1 FROM task_dependencies d JOIN schedule_runs p ON p.id = d.depends_on_id
-                  WHERE d.task_id = w.id
-                    AND p.status IN ('failed', 'timed_out', 'skipped', 'cancelled')))
-UNION ALL
-SELECT w.id, 'unlinked', NULL FROM schedule_runs w
+-- R21 at quiescence: a waiting task with no dependency ('unlinked'), and a task claimed before
+-- a dependency of its completed ('early': its first running fact precedes that dependency's
+-- completed fact, or the dependency never completed). A waiting task the readiness rule would
+-- move is dependencies_settleable's (the checker reads it too).
+SELECT w.id AS task_id, 'unlinked' AS problem, NULL AS dependency_id FROM schedule_runs w
 WHERE w.status = 'waiting_dependency'
   AND NOT EXISTS (SELECT 1 FROM task_dependencies d WHERE d.task_id = w.id)
 UNION ALL
