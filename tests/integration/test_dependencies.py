@@ -453,3 +453,17 @@ async def test_linked_tasks_walks_the_graph_both_ways_and_bounds_it(db: StateDB)
     assert set((await taskward.dependencies.linked_tasks(db, lonely)).nodes) == {lonely}
     with pytest.raises(taskward.TaskNotFound):
         await taskward.dependencies.linked_tasks(db, "no-such-task")
+
+
+async def test_an_operator_retry_of_a_skipped_dependent_runs_now_without_dependencies(
+    db: StateDB,
+) -> None:
+    a = await submit(db, now=T0)
+    b = await submit(db, now=T0, depends_on=[a])
+    await move(db, a, "queued", "running", "failed", now=T0 + 1)
+    assert await status(db, b) == "skipped"
+    again = await taskward.retry_task(
+        db, b, actor=OPERATOR, idempotency_key="rerun", registry=REGISTRY, now=T0 + 2
+    )
+    assert await status(db, again) == "queued"
+    assert await task_dependencies(db, again) == {"parents": [], "children": []}
