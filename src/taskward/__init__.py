@@ -5,7 +5,7 @@ owned by one compare-and-swap transition function; leased workers that route by 
 """
 
 from taskward.adapters import AdapterConfig, TaskContext, build_registry, task
-from taskward.admission import submit_task, submit_tasks
+from taskward.admission import submit_task, submit_task_sync, submit_tasks
 from taskward.cancellation import cancel_task, request_task_cancel
 from taskward.capabilities import (
     CAPABILITY_CLASSES,
@@ -102,6 +102,7 @@ __all__ = [
     "register_heartbeat",
     "request_task_cancel",
     "submit_task",
+    "submit_task_sync",
     "retry_task",
     "submit_tasks",
     "task",

@@ -9,9 +9,9 @@ with the same application returns the original id forever, and a different appli
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from taskward.adapters import build_registry
 from taskward.applications import ADMISSION_SOURCES as ADMISSION_SOURCES
@@ -28,7 +28,10 @@ from taskward.errors import TaskIdempotencyConflict, TaskValidationError
 from taskward.ids import new_id
 from taskward.models import TaskApplication
 from taskward.registry import TaskAdapterRegistry
+from taskward.store.open import caller_transaction, is_async_connection, is_caller_connection
 from taskward.store.port import StateDB, Tx
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class Admission:
 
 
 async def submit_task(
-    db: StateDB,
+    db: StateDB | Any,
     app: TaskApplication,
     *,
     registry: TaskAdapterRegistry | None = None,
@@ -51,10 +54,19 @@ async def submit_task(
 ) -> str:
     """Admit ``app`` as a queued run and return its id (the existing id for a replayed key).
 
+    ``db`` is a store (``open_db``), or (R24) the caller's own connection in an open
+    transaction (``store.open.CALLER_CONNECTIONS``): the row and its wake-up then commit with
+    the caller's transaction or not at all (``submit_task_sync`` for a synchronous one from code
+    without an event loop). In a caller's transaction the time is the store's (``now`` is not
+    used) and the key's semantics are the same: a concurrent transaction holding the same key
+    makes this one wait until it ends, then return its task or conflict.
+
     Raises:
         TaskValidationError: bad input (nothing written); AdapterNotRegistered for the kind.
         TaskIdempotencyConflict: the key already admitted a different application.
     """
+    if is_caller_connection(db):
+        return await _submit_in(db, app, registry, admission_source)
     admission = await admit_task(
         db,
         app,
@@ -64,6 +76,54 @@ async def submit_task(
         now=now,
     )
     return admission.task_id
+
+
+async def _submit_in(
+    conn: Any, app: TaskApplication, registry: TaskAdapterRegistry | None, admission_source: str
+) -> str:
+    """R24: ``app`` admitted in the caller's transaction on ``conn`` (``admit_in``, in a
+    savepoint of it: a conflict or a missing dependency undoes only admission's writes)."""
+    admitted = validate_admission(app, registry, admission_source)
+    async with caller_transaction(conn) as tx:
+        ids = await admit_in(tx, [admitted], admission_source)
+    return ids[admitted.idempotency_key]
+
+
+def submit_task_sync(
+    conn: Any,
+    app: TaskApplication,
+    *,
+    registry: TaskAdapterRegistry | None = None,
+    admission_source: str = "library",
+) -> str:
+    """R24 for a synchronous connection (a Django or Flask view, a script): ``submit_task``
+    inside the caller's open transaction on ``conn`` -- a ``psycopg.Connection``, a
+    ``sqlite3.Connection`` on the store's file, or a SQLAlchemy ``Connection``/``Session`` over
+    one -- without an event loop. The row commits with the caller's transaction or not at all.
+
+    Raises:
+        TaskValidationError: bad input or an async connection (await ``submit_task``);
+            nothing written.
+        TaskIdempotencyConflict: the key already admitted a different application.
+    """
+    if not is_caller_connection(conn) or is_async_connection(conn):
+        raise TaskValidationError(
+            "connection",
+            type(conn).__name__,
+            "a synchronous connection (for an async one: await taskward.submit_task(conn, ...))",
+        )
+    return _completed(_submit_in(conn, app, registry, admission_source))
+
+
+def _completed(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The value of a coroutine that never suspends (one over a synchronous connection: every
+    await in it is of a call that has already done its I/O), run without an event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("admission over a synchronous connection suspended")  # pragma: no cover
 
 
 async def admit_task(

@@ -21,9 +21,10 @@ The URL comes from the caller, else ``TASKWARD_DATABASE_URL``, else the default.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
-from collections.abc import Callable, Generator
+from collections.abc import AsyncIterator, Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, Final, TypeVar
@@ -31,7 +32,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from taskward.errors import StoreError, TaskValidationError
 from taskward.store.migrate import load_migrations
-from taskward.store.port import StateDB, SyncStatements
+from taskward.store.port import StateDB, SyncStatements, Tx
 
 T = TypeVar("T", int, float)
 
@@ -265,3 +266,86 @@ class _Opening:
 def open_db(url: str | None = None) -> _Opening:
     """Open (and by default migrate) the store at ``url``."""
     return _Opening(url)
+
+
+# -- R24: the caller's own transaction ---------------------------------------------------------
+
+CALLER_CONNECTIONS: Final = (
+    "a psycopg Connection or AsyncConnection, a sqlite3.Connection on the store's file, a "
+    "SQLAlchemy 2 Connection, Session, AsyncConnection or AsyncSession over one of them, or "
+    "Django's connection"
+)
+
+
+def _from_sqlalchemy(conn: object) -> bool:
+    return type(conn).__module__.startswith("sqlalchemy.")
+
+
+def is_async_connection(conn: object) -> bool:
+    """Whether ``conn`` must be awaited (``await taskward.submit_task(conn, ...)``)."""
+    if _from_sqlalchemy(conn):
+        return hasattr(conn, "get_raw_connection") or hasattr(conn, "sync_session")
+    return type(conn).__name__ == "AsyncConnection" and type(conn).__module__.startswith("psycopg")
+
+
+def is_caller_connection(conn: object) -> bool:
+    """Whether ``conn`` is a caller's connection (R24) rather than a taskward store. Decided
+    by type, without importing a driver the caller does not use."""
+    import sqlite3
+
+    if isinstance(conn, sqlite3.Connection) or _from_sqlalchemy(conn) or _from_django(conn):
+        return True
+    return type(conn).__module__.startswith("psycopg") and type(conn).__name__ in (
+        "Connection",
+        "AsyncConnection",
+    )
+
+
+def _from_django(conn: object) -> bool:
+    """Django's ``connection`` (a ``ConnectionProxy``) or one of ``connections[alias]``."""
+    return type(conn).__module__.startswith("django.") and hasattr(conn, "ensure_connection")
+
+
+async def _driver_connection(conn: Any) -> Any:
+    """The driver's own connection under a SQLAlchemy object (its current transaction's: a
+    Session's is begun by asking for it) or a Django ``connection`` (inside
+    ``transaction.atomic()``), else ``conn``. Suspends only for async objects."""
+    if _from_django(conn):
+        conn.ensure_connection()
+        return conn.connection
+    if not _from_sqlalchemy(conn):
+        return conn
+    if hasattr(conn, "sync_session"):  # AsyncSession
+        conn = await conn.connection()
+    if hasattr(conn, "get_raw_connection"):  # AsyncConnection
+        return (await conn.get_raw_connection()).driver_connection
+    if hasattr(conn, "get_bind") and callable(getattr(conn, "connection", None)):  # Session
+        conn = conn.connection()
+    return conn.connection.driver_connection  # Connection
+
+
+@contextlib.asynccontextmanager
+async def caller_transaction(conn: Any) -> AsyncIterator[Tx]:
+    """R24: a ``Tx`` inside the caller's open transaction on ``conn`` (``CALLER_CONNECTIONS``),
+    which it never commits or rolls back: its writes are in a savepoint (a failure undoes just
+    them) and its wake-ups commit with the caller's transaction (PostgreSQL ``NOTIFY``).
+
+    Raises:
+        TaskValidationError: ``conn`` is none of those, or not in a transaction that can commit.
+    """
+    import sqlite3
+
+    raw = await _driver_connection(conn)
+    found: contextlib.AbstractAsyncContextManager[Any]
+    if isinstance(raw, sqlite3.Connection):
+        from taskward.store.sqlite.caller import caller_transaction as sqlite_caller
+
+        found = sqlite_caller(raw)
+    elif is_caller_connection(raw):
+        from taskward.store.postgres.caller import caller_transaction as postgres_caller
+
+        found = postgres_caller(raw)
+    else:
+        raise TaskValidationError("connection", type(conn).__name__, CALLER_CONNECTIONS)
+    async with found as tx:
+        yield tx

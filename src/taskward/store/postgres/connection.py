@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import psycopg
+import psycopg.abc
 from psycopg.adapt import Buffer, Dumper, Loader
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import Format
@@ -69,8 +70,9 @@ _ARRAY_DUMPERS = {
 }
 
 
-def configure_adapters(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
-    """Every connection, async or synchronous: the JSON loaders and the array dumpers above."""
+def configure_adapters(conn: psycopg.abc.AdaptContext) -> None:
+    """Every connection, async or synchronous: the JSON loaders and the array dumpers above
+    (also a cursor of a connection taskward does not own: R24's ``caller``)."""
     conn.adapters.register_loader("jsonb", _JsonLoader)
     conn.adapters.register_loader("json", _JsonLoader)
     for kind, dumper in _ARRAY_DUMPERS.items():

@@ -34,11 +34,16 @@ _CHANNEL_PREFIX = "taskward_"
 LISTENER_BACKOFF: Final = Backoff(base_s=0.05, cap_s=2.0)
 
 
+def notify_sql(channels: set[str]) -> bytes:
+    """The NOTIFYs of ``channels`` (one simple query: no parameters), delivered when the
+    transaction they run in commits. The channels come from ``signals.CHANNELS`` only
+    (``_PgTx.notify`` refuses any other)."""
+    return "".join(f"NOTIFY {_CHANNEL_PREFIX}{channel}; " for channel in sorted(channels)).encode()
+
+
 def _commit_sql(channels: set[str]) -> bytes:
-    """The NOTIFYs and the COMMIT in one round trip (one simple query: no parameters). The
-    channels come from ``signals.CHANNELS`` only (``_PgTx.notify`` refuses any other)."""
-    notifies = "".join(f"NOTIFY {_CHANNEL_PREFIX}{channel}; " for channel in sorted(channels))
-    return f"{notifies}COMMIT".encode()
+    """The NOTIFYs and the COMMIT in one round trip."""
+    return notify_sql(channels) + b"COMMIT"
 
 
 class Listener:
