@@ -4,7 +4,7 @@ One typed, idempotent admission function; one table of runs with a closed nine-s
 owned by one compare-and-swap transition function; leased workers that route by capability.
 """
 
-from taskward.adapters import AdapterConfig, TaskContext, build_registry, task
+from taskward.adapters import AdapterConfig, TaskContext, build_registry
 from taskward.admission import submit_task, submit_task_sync, submit_tasks
 from taskward.cancellation import cancel_task, request_task_cancel
 from taskward.capabilities import (
@@ -28,6 +28,7 @@ from taskward.errors import (
     TaskwardError,
     TransitionIdempotencyConflict,
 )
+from taskward.handles import TaskFunction, task
 from taskward.lifecycle import EDGES, TERMINAL, Status
 from taskward.models import (
     Actor,
@@ -77,6 +78,7 @@ __all__ = [
     "TaskApplication",
     "TaskContext",
     "TaskExecutionResult",
+    "TaskFunction",
     "TaskIdempotencyConflict",
     "TaskNotCompleted",
     "TaskNotFound",

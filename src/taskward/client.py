@@ -133,6 +133,7 @@ class SyncClient:
         admission_source: str = "library",
         schedule_id: str | None = None,
         now: float | None = None,
+        registry: TaskAdapterRegistry | None = None,
     ) -> str:
         """Admit ``app`` as a queued run and return its id (the existing id for a replayed
         key), as ``taskward.submit_task`` does.
@@ -144,7 +145,11 @@ class SyncClient:
                 the same key).
         """
         return self.admit_task(
-            app, admission_source=admission_source, schedule_id=schedule_id, now=now
+            app,
+            admission_source=admission_source,
+            schedule_id=schedule_id,
+            now=now,
+            registry=registry,
         ).task_id
 
     def admit_task(
@@ -154,13 +159,15 @@ class SyncClient:
         admission_source: str = "library",
         schedule_id: str | None = None,
         now: float | None = None,
+        registry: TaskAdapterRegistry | None = None,
     ) -> Admission:
-        """``submit_task`` that also says whether this call inserted the row."""
-        admitted = validate_admission(app, self._registry, admission_source)
+        """``submit_task`` that also says whether this call inserted the row (``registry``:
+        instead of the client's, for this call: a typed handle's own)."""
+        registry = registry if registry is not None else self._registry
+        admitted = validate_admission(app, registry, admission_source)
         if admitted.depends_on:
             # R21: the insert, the links and the first readiness move are one transaction of
             # transitions; the async admission writes them, through the portal.
-            registry = self._registry
             return self._call(
                 lambda db: admit_task(
                     db,

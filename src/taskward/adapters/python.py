@@ -37,6 +37,7 @@ from taskward.adapters.calling import (
 )
 from taskward.adapters.context import TaskContext
 from taskward.adapters.process import task_args
+from taskward.adapters.typed import json_schema, validated
 from taskward.errors import TaskValidationError
 from taskward.registry import Backoff, CancellationToken, KindRetryPolicy, TaskExecutionResult
 
@@ -150,7 +151,7 @@ def _remember_bound(fn: Callable[..., Any], names: frozenset[str]) -> None:
     known.add(names)
 
 
-def _worker_params(fn: Callable[..., Any]) -> tuple[str, ...]:
+def worker_parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
     """The parameters of ``fn`` the worker fills, never the task's JSON args: the cancellation
     token and the task context (R22)."""
     context = context_parameter(fn)
@@ -170,7 +171,7 @@ def _check_bind(fn: Callable[..., Any], kwargs: dict[str, Any], field: str, kind
             return
     except TypeError:  # unhashable callable object: no cache
         pass
-    filled = _worker_params(fn)
+    filled = worker_parameters(fn)
     for name in filled:
         if name in kwargs:
             what = "the token" if name == TOKEN_PARAM else "the task context (R22)"
@@ -267,7 +268,15 @@ class PythonFunctionAdapter:
         return {k: v for k, v in args.items() if k not in _HOST_KEYS or accepts(self.fn, k)}
 
     def validate_args(self, args: dict[str, Any]) -> None:
-        _check_bind(self.fn, self.kwargs(args), "args", self.action_kind)
+        """The names bind (``_check_bind``) and each typed parameter's value fits its type hint
+        (``typed.validated``: a wrong type is a TaskValidationError naming ``args.<name>``)."""
+        kwargs = self.kwargs(args)
+        _check_bind(self.fn, kwargs, "args", self.action_kind)
+        validated(self.fn, kwargs, skipped=worker_parameters(self.fn), kind=self.action_kind)
+
+    def args_schema(self) -> dict[str, Any]:
+        """The JSON Schema of this kind's arguments (``taskward kinds``, the OpenAPI document)."""
+        return json_schema(self.fn, worker_parameters(self.fn))
 
     async def execute(
         self, task: dict[str, Any], *, cancellation: CancellationToken
@@ -275,6 +284,10 @@ class PythonFunctionAdapter:
         try:
             kwargs = self.kwargs(task_args(task))
             _check_bind(self.fn, kwargs, "args", self.action_kind)
+            # the admission's check again, just before the call, which gets the converted values
+            kwargs = validated(
+                self.fn, kwargs, skipped=worker_parameters(self.fn), kind=self.action_kind
+            )
         except TaskValidationError as exc:
             return TaskExecutionResult(status="failed", error_detail=str(exc))
         if self.context is None:
