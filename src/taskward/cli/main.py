@@ -64,6 +64,7 @@ DEFAULT_LIST_LIMIT = 20
         "limit": "taskward.cli.limit_cmd:limit",
         "pause": "taskward.cli.limit_cmd:pause",
         "resume": "taskward.cli.limit_cmd:resume",
+        "kinds": "taskward.cli.kinds_cmd:kinds",
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )
