@@ -274,9 +274,10 @@ class PythonFunctionAdapter:
         _check_bind(self.fn, kwargs, "args", self.action_kind)
         validated(self.fn, kwargs, skipped=worker_parameters(self.fn), kind=self.action_kind)
 
-    def args_schema(self) -> dict[str, Any]:
-        """The JSON Schema of this kind's arguments (``taskward kinds``, the OpenAPI document)."""
-        return json_schema(self.fn, worker_parameters(self.fn))
+    def args_schema(self, ref_template: str | None = None) -> dict[str, Any]:
+        """The JSON Schema of this kind's arguments (``taskward kinds``, the OpenAPI document,
+        whose ``ref_template`` places nested definitions among its components)."""
+        return json_schema(self.fn, worker_parameters(self.fn), ref_template=ref_template)
 
     async def execute(
         self, task: dict[str, Any], *, cancellation: CancellationToken

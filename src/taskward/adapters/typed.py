@@ -121,12 +121,17 @@ def as_json(
     return out
 
 
-def json_schema(fn: Callable[..., Any], skipped: Iterable[str] = ()) -> dict[str, Any]:
-    """The JSON Schema of ``fn``'s arguments: its typed model's, else an object naming the
-    parameters (any value each)."""
+def json_schema(
+    fn: Callable[..., Any], skipped: Iterable[str] = (), *, ref_template: str | None = None
+) -> dict[str, Any]:
+    """The JSON Schema of ``fn``'s arguments: its typed model's (nested definitions under
+    ``$defs``, referred to by ``ref_template``: pydantic's default when None), else an object
+    naming the parameters (any value each)."""
     model = args_model(fn, skipped)
     if model is not None:
-        return model.model_json_schema()
+        if ref_template is None:
+            return model.model_json_schema()
+        return model.model_json_schema(ref_template=ref_template)
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):

@@ -46,6 +46,24 @@ def _version() -> str:
         return "0+unknown"
 
 
+def kind_argument_schemas(registry: TaskAdapterRegistry) -> dict[str, Any]:
+    """``TaskArgs.<kind>``: the JSON Schema of the ``args`` of each kind that has one (a typed
+    ``@taskward.task`` function's, issue 29), its nested definitions beside it as
+    ``TaskArgs.<kind>.<name>``."""
+    found: dict[str, Any] = {}
+    for kind in registry.kinds():
+        args_schema = getattr(registry.resolve(kind)[1], "args_schema", None)
+        if not callable(args_schema):
+            continue
+        prefix = f"TaskArgs.{kind}"
+        schema = args_schema(ref_template=f"#/components/schemas/{prefix}.{{model}}")
+        for name, definition in schema.pop("$defs", {}).items():
+            found[f"{prefix}.{name}"] = definition
+        schema["description"] = f"The args of a {kind} task (POST /api/tasks, action_kind {kind})."
+        found[prefix] = schema
+    return found
+
+
 def create_app(
     db: StateDB | StoreHandle | str | None = None,
     registry: TaskAdapterRegistry | None = None,
@@ -125,6 +143,7 @@ def create_app(
             for unused in ("HTTPValidationError", "ValidationError"):
                 if f'/{unused}"' not in text:
                     schemas.pop(unused, None)
+            schemas.update(kind_argument_schemas(services.registry))
         return app.openapi_schema or {}
 
     app.openapi = openapi_with_problems  # type: ignore[method-assign]
