@@ -67,14 +67,23 @@ def folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
+READ_ID = (
+    "import sqlite3; print(sqlite3.connect('taskward.db').execute("
+    "\"SELECT id FROM schedule_runs WHERE idempotency_key = 'report:2026-w48'\").fetchone()[0])"
+)
+
+
 def test_the_readme_names_the_files_it_runs() -> None:
-    assert {"myapp/tasks.py", "submit.py", "sync_submit.py"} <= set(files())
+    assert {"myapp/tasks.py", "submit.py", "in_transaction.py", "sync_submit.py"} <= set(files())
 
 
 def test_the_python_and_shell_examples_run_as_written(folder: Path) -> None:
     env = user_env()
     python = str(BIN / "python")
     assert run([python, "submit.py"], folder, env).stdout.split() == ["queued", "0"]
+    first = run([python, "-c", READ_ID], folder, env).stdout.strip()
+    # R24: in the caller's own transaction, the same key and arguments: the same task
+    assert run([python, "in_transaction.py"], folder, env).stdout.strip() == first
     assert run([python, "sync_submit.py"], folder, env).stdout.split() == ["queued"]
     (folder / "first_steps.sh").write_text(shell_block("taskward task submit command"))
     done = run(["bash", "-euo", "pipefail", "first_steps.sh"], folder, env)
