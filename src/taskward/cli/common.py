@@ -179,9 +179,22 @@ class LazyGroup(click.Group):
         if target is None:
             return super().get_command(ctx, cmd_name)
         module_name, _, attr = target.partition(":")
-        command = getattr(importlib.import_module(module_name), attr)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.partition(".")[0] not in SERVER_MODULES:
+                raise
+            raise click.ClickException(
+                f"`taskward {cmd_name}` needs the HTTP service, which is not installed "
+                f"({exc.name} is missing): pip install 'taskward[server]'"
+            ) from None
+        command = getattr(module, attr)
         assert isinstance(command, click.Command)
         return command
+
+
+# What the `server` extra installs (pyproject.toml): the commands that need them say so.
+SERVER_MODULES: Final = frozenset({"fastapi", "uvicorn", "jinja2", "starlette"})
 
 
 def template_options(fn: Any) -> Any:

@@ -1,0 +1,46 @@
+"""Lean installs (issue 29): submitting and working need no web stack -- ``import taskward``,
+the CLI and the worker runtime import neither FastAPI, uvicorn, Jinja2 nor Starlette -- and
+``taskward serve`` / ``up`` without the ``server`` extra say which extra to install (exit 1,
+no traceback). A fresh virtual environment with the core install alone is checked by hand
+(docs/architecture.md "Dependencies"); here the missing modules are blocked in the child."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from taskward.cli.errors import EXIT_FAILURE
+
+WEB = ("fastapi", "uvicorn", "jinja2", "starlette")
+
+
+def python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_the_worker_path_imports_no_web_stack() -> None:
+    done = python(
+        "import sys\n"
+        "import taskward, taskward.cli.main, taskward.cli.worker_cmd, taskward.runtime\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({WEB!r})))\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("command", ["serve", "up"])
+def test_serve_without_the_server_extra_names_the_extra(command: str, tmp_path: object) -> None:
+    blocked = "".join(f"sys.modules[{name!r}] = None\n" for name in WEB)
+    done = python(
+        "import sys\n"
+        f"{blocked}"
+        "from taskward.cli.main import main\n"
+        f"sys.exit(main(['--db', 'sqlite:///{tmp_path}/lean.db', {command!r}]))\n"
+    )
+    assert done.returncode == EXIT_FAILURE, (done.stdout, done.stderr)
+    assert "pip install 'taskward[server]'" in done.stderr
+    assert "Traceback" not in done.stderr
