@@ -69,6 +69,19 @@ def _refused(exc: ValidationError, field: str, kind: str) -> TaskValidationError
     )
 
 
+def _checked(
+    fn: Callable[..., Any], kwargs: Mapping[str, Any], skipped: Iterable[str], field: str, kind: str
+) -> BaseModel | None:
+    """``kwargs`` validated by ``fn``'s model (None: it has none)."""
+    model = args_model(fn, skipped)
+    if model is None:
+        return None
+    try:
+        return model.model_validate(kwargs)
+    except ValidationError as exc:
+        raise _refused(exc, field, kind or getattr(fn, "__name__", "the task")) from None
+
+
 def validated(
     fn: Callable[..., Any],
     kwargs: Mapping[str, Any],
@@ -83,16 +96,11 @@ def validated(
     Raises:
         TaskValidationError: naming ``<field>.<parameter>`` and what its type allows.
     """
-    model = args_model(fn, skipped)
-    if model is None:
-        return dict(kwargs)
-    try:
-        found = model.model_validate(kwargs)
-    except ValidationError as exc:
-        raise _refused(exc, field, kind or getattr(fn, "__name__", "the task")) from None
     out = dict(kwargs)
-    for name in found.model_fields_set:
-        out[name] = getattr(found, name)
+    found = _checked(fn, kwargs, skipped, field, kind)
+    if found is not None:
+        for name in found.model_fields_set:
+            out[name] = getattr(found, name)
     return out
 
 
@@ -109,15 +117,10 @@ def as_json(
     Raises:
         TaskValidationError: as ``validated``.
     """
-    model = args_model(fn, skipped)
-    if model is None:
-        return dict(kwargs)
-    try:
-        found = model.model_validate(kwargs)
-    except ValidationError as exc:
-        raise _refused(exc, "args", kind or getattr(fn, "__name__", "the task")) from None
     out = dict(kwargs)
-    out.update(found.model_dump(mode="json", include=set(found.model_fields_set)))
+    found = _checked(fn, kwargs, skipped, "args", kind)
+    if found is not None:
+        out.update(found.model_dump(mode="json", include=set(found.model_fields_set)))
     return out
 
 
