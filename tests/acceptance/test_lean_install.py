@@ -13,7 +13,7 @@ import pytest
 
 from taskward.cli.errors import EXIT_FAILURE
 
-WEB = ("fastapi", "uvicorn", "jinja2", "starlette")
+WEB = ("fastapi", "uvicorn", "jinja2", "starlette", "itsdangerous", "pydantic_settings")
 
 
 def python(code: str) -> subprocess.CompletedProcess[str]:

@@ -194,7 +194,9 @@ class LazyGroup(click.Group):
 
 
 # What the `server` extra installs (pyproject.toml): the commands that need them say so.
-SERVER_MODULES: Final = frozenset({"fastapi", "uvicorn", "jinja2", "starlette"})
+SERVER_MODULES: Final = frozenset(
+    {"fastapi", "uvicorn", "jinja2", "starlette", "itsdangerous", "pydantic_settings"}
+)
 
 
 def template_options(fn: Any) -> Any:

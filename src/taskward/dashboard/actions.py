@@ -76,7 +76,9 @@ async def _operate(request: Request, operation: Operation) -> Response:
     if found is None:
         return forbidden(request, "no session: open the page (and log in) first")
     session, principal = found
-    if not csrf_matches(session, form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)):
+    if not csrf_matches(
+        services.config, session, form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)
+    ):
         return forbidden(request, "the form's CSRF token is missing or stale: reload the page")
     if not principal.allows("operate"):
         return forbidden(request, f"token {principal.name!r} lacks the 'operate' scope")
@@ -426,7 +428,7 @@ async def logout(request: Request) -> Response:
     try:
         found = await session_principal(services.config, request)
         form = await read_form(request)
-        if found is not None and not csrf_matches(found[0], form.get(CSRF_FIELD)):
+        if found is not None and not csrf_matches(services.config, found[0], form.get(CSRF_FIELD)):
             return forbidden(request, "the form's CSRF token is missing or stale: reload the page")
         if found is not None and services.config.auth_required:
             await revoke_session(await services.store.get(), found[0])

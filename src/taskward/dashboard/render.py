@@ -14,7 +14,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from taskward.dashboard.session import Session, set_session_cookie
+from taskward.dashboard.session import Session, csrf_token, set_session_cookie
 from taskward.web.auth import Principal
 from taskward.web.state import services_of
 
@@ -75,7 +75,7 @@ def html(
     body = templates.get_template(template).render(
         nav=NAV,
         path=request.url.path,
-        csrf=session.csrf if session else "",
+        csrf=csrf_token(services.config, session) if session else "",
         who=principal.name if principal else None,
         can_operate=bool(principal and principal.allows("operate")),
         auth_required=services.config.auth_required,

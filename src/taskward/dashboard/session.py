@@ -1,10 +1,12 @@
-"""Dashboard sessions and CSRF protection.
+"""Dashboard sessions and CSRF protection, signed by ``itsdangerous``.
 
-A session is an HMAC-signed cookie (``HttpOnly``, ``SameSite=Strict``) naming the token it
-logged in with, a random session id, its CSRF token and its expiry. The token's current scopes
-are looked up on every request, so removing a token from the configuration ends its sessions.
-With no token configured, everyone on the (loopback-only) service gets an anonymous session on
-first visit.
+A session is a cookie (``HttpOnly``, ``SameSite=Strict``, ``Secure`` when configured, path
+``/``) holding a ``URLSafeTimedSerializer`` document under the session salt: the token name it
+logged in with, a random session id and a random CSRF nonce. Its signed timestamp and
+``max_age=session_ttl_s`` decide expiry; a forged, malformed or expired cookie is no session.
+The token's current scopes are looked up on every request, so removing a token from the
+configuration ends its sessions. With no token configured, everyone on the (loopback-only)
+service gets an anonymous session on first visit.
 
 Logging out revokes the session server-side: its id goes into the store's ``revoked_sessions``
 (migration 0010), which every request with a session consults, so a copy of the cookie is
@@ -13,17 +15,16 @@ until the session would have expired anyway (each logout purges the expired ones
 holds at most the logouts of one session lifetime. Anonymous sessions are not recorded: they
 grant nothing a visitor of the loopback-only service does not get anyway.
 
-Every state-changing form carries the session's CSRF token in a hidden field (or the
-``X-CSRF-Token`` header); it must equal the one in the signed cookie. Together with
-``SameSite=Strict`` and the cross-origin guard, no other site can cancel through a visitor.
+Every state-changing form carries a CSRF token in a hidden field (or the ``X-CSRF-Token``
+header): the session's nonce signed under the CSRF salt, so it is bound to that session, and
+neither kind of document can stand in for the other. Together with ``SameSite=Strict`` and the
+cross-origin guard, no other site can cancel through a visitor. Signatures are checked in
+constant time (itsdangerous), and so is the nonce. The secret is never logged or shown.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
-import json
 import secrets
 import time
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Final
 
 from fastapi import Request
 from fastapi.responses import Response
+from itsdangerous import BadData, URLSafeTimedSerializer
 
 from taskward.store import StateDB
 from taskward.web.auth import ANONYMOUS, Principal, anonymous, principal_for_token
@@ -40,54 +42,25 @@ from taskward.web.state import services_of
 SESSION_COOKIE: Final = "taskward_session"
 CSRF_FIELD: Final = "csrf_token"
 CSRF_HEADER: Final = "x-csrf-token"
+# One salt per purpose: a CSRF token is never a valid session cookie, nor the reverse.
+SESSION_SALT: Final = "taskward.dashboard.session"
+CSRF_SALT: Final = "taskward.dashboard.csrf"
 
 
 @dataclass(frozen=True)
 class Session:
     name: str
-    csrf: str
+    csrf: str  # random nonce; pages carry it signed (csrf_token), the cookie carries it too
     expires_at: float
-    id: str  # random; what a logout revokes (never the CSRF token, which pages carry)
+    id: str  # random; what a logout revokes (never the CSRF nonce, which pages carry)
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+def _signer(config: HttpConfig, salt: str) -> URLSafeTimedSerializer:
+    return URLSafeTimedSerializer(config.session_secret, salt=salt)
 
 
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def _sign(secret: bytes, payload: str) -> str:
-    return _b64(hmac.new(secret, payload.encode("ascii"), hashlib.sha256).digest())
-
-
-def encode_session(secret: bytes, session: Session) -> str:
-    payload = _b64(
-        json.dumps(
-            {"n": session.name, "c": session.csrf, "e": session.expires_at, "i": session.id},
-            separators=(",", ":"),
-        ).encode("utf-8")
-    )
-    return f"{payload}.{_sign(secret, payload)}"
-
-
-def decode_session(secret: bytes, value: str, *, now: float) -> Session | None:
-    """The session in a cookie value, or None if it is forged, malformed or expired."""
-    payload, _, signature = value.partition(".")
-    try:
-        if not hmac.compare_digest(_sign(secret, payload), signature):
-            return None
-        data = json.loads(_unb64(payload))
-        session = Session(
-            name=str(data["n"]),
-            csrf=str(data["c"]),
-            expires_at=float(data["e"]),
-            id=str(data["i"]),  # a cookie from before session ids: log in again
-        )
-    except (ValueError, KeyError, TypeError, UnicodeError):
-        return None
-    return session if session.expires_at > now else None
+def _ttl_s(config: HttpConfig) -> int:
+    return int(config.session_ttl_s)
 
 
 def new_session(config: HttpConfig, name: str) -> Session:
@@ -96,6 +69,40 @@ def new_session(config: HttpConfig, name: str) -> Session:
         csrf=secrets.token_urlsafe(24),
         expires_at=time.time() + config.session_ttl_s,
         id=secrets.token_urlsafe(16),
+    )
+
+
+def read_session(config: HttpConfig, value: str) -> Session | None:
+    """The session in a cookie value, or None if it is forged, malformed or expired."""
+    try:
+        data, signed_at = _signer(config, SESSION_SALT).loads(
+            value, max_age=_ttl_s(config), return_timestamp=True
+        )
+        return Session(
+            name=str(data["n"]),
+            csrf=str(data["c"]),
+            expires_at=signed_at.timestamp() + config.session_ttl_s,
+            id=str(data["i"]),
+        )
+    except (BadData, KeyError, TypeError):
+        return None
+
+
+def csrf_token(config: HttpConfig, session: Session) -> str:
+    """The CSRF token a page of ``session`` carries in its forms."""
+    return _signer(config, CSRF_SALT).dumps(session.csrf)
+
+
+def csrf_matches(config: HttpConfig, session: Session, presented: str | None) -> bool:
+    """True when ``presented`` is a CSRF token of ``session`` (signed, unexpired, its nonce)."""
+    if not presented:
+        return False
+    try:
+        nonce = _signer(config, CSRF_SALT).loads(presented, max_age=_ttl_s(config))
+    except BadData:
+        return False
+    return isinstance(nonce, str) and hmac.compare_digest(
+        nonce.encode("utf-8"), session.csrf.encode("utf-8")
     )
 
 
@@ -108,7 +115,7 @@ async def session_principal(
     value = request.cookies.get(SESSION_COOKIE)
     if not value:
         return None
-    session = decode_session(config.session_secret, value, now=time.time())
+    session = read_session(config, value)
     if session is None:
         return None
     if not config.auth_required:
@@ -128,7 +135,7 @@ async def revoke_session(db: StateDB, session: Session) -> None:
     """Refuse ``session`` from now on in every process on ``db``; drop expired revocations.
 
     Invariant: a row lives until its session's own expiry, after which the cookie is refused
-    by ``decode_session`` anyway; so the table never grows past one session lifetime of logouts.
+    by ``read_session`` anyway; so the table never grows past one session lifetime of logouts.
     """
     async with db.transaction(now=time.time()) as tx:
         await tx.execute("session_revocations_purge")
@@ -138,10 +145,13 @@ async def revoke_session(db: StateDB, session: Session) -> None:
 
 
 def set_session_cookie(config: HttpConfig, response: Response, session: Session) -> None:
+    value = _signer(config, SESSION_SALT).dumps(
+        {"n": session.name, "i": session.id, "c": session.csrf}
+    )
     response.set_cookie(
         SESSION_COOKIE,
-        encode_session(config.session_secret, session),
-        max_age=int(config.session_ttl_s),
+        value,
+        max_age=_ttl_s(config),
         httponly=True,
         samesite="strict",
         secure=config.secure_cookies,
@@ -152,10 +162,4 @@ def set_session_cookie(config: HttpConfig, response: Response, session: Session)
 def clear_session_cookie(config: HttpConfig, response: Response) -> None:
     response.delete_cookie(
         SESSION_COOKIE, path="/", httponly=True, samesite="strict", secure=config.secure_cookies
-    )
-
-
-def csrf_matches(session: Session, presented: str | None) -> bool:
-    return bool(presented) and hmac.compare_digest(
-        session.csrf.encode("utf-8"), (presented or "").encode("utf-8")
     )

@@ -4,14 +4,14 @@ Tokens come from ``TASKWARD_API_TOKENS`` (``name:token:scope+scope,...``) and/or
 ``TASKWARD_API_TOKENS_FILE`` (one ``name:token:scopes`` a line; ``#`` starts a comment). Scopes
 are ``submit``, ``read`` and ``operate`` (cancel, outbox retry, schedule fire/enable/disable);
 ``*`` grants all three. Capability labels are routing hints and never appear here.
+``HttpConfig.from_env`` builds the config from ``taskward.web.settings`` (the variables); this
+module owns the token line format and the invariants however a config is made.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import math
-import os
 import re
 import secrets
 import socket
@@ -21,21 +21,14 @@ from pathlib import Path
 from typing import Final
 
 from taskward.errors import TaskValidationError
+from taskward.web.settings import DEFAULT_MAX_BODY_BYTES, ENV_PREFIX, read_settings
 from taskward.web.throttle import FailureLimits
 
 SCOPES: Final[tuple[str, ...]] = ("submit", "read", "operate")
 ALL_SCOPES: Final = "*"
-DEFAULT_MAX_BODY_BYTES: Final = 1024 * 1024
 MIN_TOKEN_LENGTH: Final = 16
-TOKENS_ENV: Final = "TASKWARD_API_TOKENS"
-TOKENS_FILE_ENV: Final = "TASKWARD_API_TOKENS_FILE"
-SESSION_SECRET_ENV: Final = "TASKWARD_SESSION_SECRET"
-MAX_BODY_ENV: Final = "TASKWARD_HTTP_MAX_BODY_BYTES"
-AUTH_MAX_FAILURES_ENV: Final = "TASKWARD_AUTH_MAX_FAILURES"
-AUTH_WINDOW_ENV: Final = "TASKWARD_AUTH_FAILURE_WINDOW_S"
-AUTH_BLOCK_ENV: Final = "TASKWARD_AUTH_BLOCK_S"
-AUTH_MAX_BLOCK_ENV: Final = "TASKWARD_AUTH_MAX_BLOCK_S"
-TRUSTED_PROXIES_ENV: Final = "TASKWARD_TRUSTED_PROXIES"
+TOKENS_ENV: Final = f"{ENV_PREFIX}API_TOKENS"
+TOKENS_FILE_ENV: Final = f"{ENV_PREFIX}API_TOKENS_FILE"
 LOOPBACK_HOSTS: Final[tuple[str, ...]] = ("localhost", "127.0.0.1", "::1")
 
 _NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
@@ -130,6 +123,11 @@ def is_loopback(host: str) -> bool:
     return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
 
 
+def _new_secret() -> bytes:
+    """A random session secret: sessions end when the service restarts."""
+    return secrets.token_bytes(32)
+
+
 @dataclass(frozen=True)
 class HttpConfig:
     """What the HTTP service needs beyond the store and the registry.
@@ -146,7 +144,7 @@ class HttpConfig:
     tokens: tuple[ApiToken, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     allowed_hosts: tuple[str, ...] | None = None
-    session_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    session_secret: bytes = field(default_factory=_new_secret, repr=False)
     session_ttl_s: float = 12 * 3600.0
     secure_cookies: bool = False
     heartbeat_ttl_s: float = 90.0
@@ -165,10 +163,10 @@ class HttpConfig:
             raise TaskValidationError("max_body_bytes", self.max_body_bytes, "an integer >= 1")
         limits = self.auth_limits
         for name, value, least in (
-            (AUTH_MAX_FAILURES_ENV, limits.max_failures, 1),
-            (AUTH_WINDOW_ENV, limits.window_s, 1),
-            (AUTH_BLOCK_ENV, limits.block_s, 1),
-            (AUTH_MAX_BLOCK_ENV, limits.max_block_s, limits.block_s),
+            (f"{ENV_PREFIX}AUTH_MAX_FAILURES", limits.max_failures, 1),
+            (f"{ENV_PREFIX}AUTH_FAILURE_WINDOW_S", limits.window_s, 1),
+            (f"{ENV_PREFIX}AUTH_BLOCK_S", limits.block_s, 1),
+            (f"{ENV_PREFIX}AUTH_MAX_BLOCK_S", limits.max_block_s, limits.block_s),
             ("auth_limits.max_clients", limits.max_clients, 1),
         ):
             if not (value >= least and math.isfinite(value)):  # also refuses NaN
@@ -205,48 +203,29 @@ class HttpConfig:
     def from_env(
         cls, environ: Mapping[str, str] | None = None, *, tokens_file: str | None = None
     ) -> HttpConfig:
-        """Read tokens (``TASKWARD_API_TOKENS``, ``TASKWARD_API_TOKENS_FILE`` or
-        ``tokens_file``), ``TASKWARD_HTTP_MAX_BODY_BYTES``, ``TASKWARD_SESSION_SECRET`` and the
-        failed-authentication limits (``TASKWARD_AUTH_*``) and ``TASKWARD_TRUSTED_PROXIES``."""
-        env = os.environ if environ is None else environ
-        tokens = list(parse_tokens(env.get(TOKENS_ENV, "").split(",")))
-        path = tokens_file or env.get(TOKENS_FILE_ENV, "").strip()
+        """Read the ``TASKWARD_*`` settings (``taskward.web.settings``): tokens
+        (``TASKWARD_API_TOKENS``, ``TASKWARD_API_TOKENS_FILE`` or ``tokens_file``), the body
+        limit, the session secret, the failed-authentication limits and the trusted proxies.
+
+        Raises:
+            TaskValidationError: a value is invalid; ``field`` names its variable.
+        """
+        settings = read_settings(environ)
+        tokens = list(parse_tokens(settings.api_tokens.get_secret_value().split(",")))
+        path = tokens_file or settings.api_tokens_file.strip()
         if path:
             tokens.extend(read_tokens_file(path))
         _check_unique(tokens, "API tokens")
-        max_body = env.get(MAX_BODY_ENV, "").strip()
-        try:
-            max_body_bytes = int(max_body) if max_body else DEFAULT_MAX_BODY_BYTES
-        except ValueError:
-            raise TaskValidationError(MAX_BODY_ENV, max_body, "an integer >= 1") from None
-        defaults = FailureLimits()
-        auth_limits = FailureLimits(
-            max_failures=int(_number(env, AUTH_MAX_FAILURES_ENV, defaults.max_failures, int)),
-            window_s=_number(env, AUTH_WINDOW_ENV, defaults.window_s, float),
-            block_s=_number(env, AUTH_BLOCK_ENV, defaults.block_s, float),
-            max_block_s=_number(env, AUTH_MAX_BLOCK_ENV, defaults.max_block_s, float),
-        )
-        proxies = tuple(p.strip() for p in env.get(TRUSTED_PROXIES_ENV, "").split(",") if p.strip())
-        config = cls(
+        secret = settings.session_secret
+        return cls(
             tokens=tuple(tokens),
-            max_body_bytes=max_body_bytes,
-            auth_limits=auth_limits,
-            trusted_proxies=proxies,
+            max_body_bytes=settings.http_max_body_bytes,
+            session_secret=secret.get_secret_value().encode("utf-8") if secret else _new_secret(),
+            auth_limits=FailureLimits(
+                max_failures=settings.auth_max_failures,
+                window_s=settings.auth_failure_window_s,
+                block_s=settings.auth_block_s,
+                max_block_s=settings.auth_max_block_s,
+            ),
+            trusted_proxies=settings.trusted_proxies,
         )
-        secret = env.get(SESSION_SECRET_ENV, "")
-        if secret:
-            config = dataclasses.replace(config, session_secret=secret.encode("utf-8"))
-        return config
-
-
-def _number(
-    env: Mapping[str, str], name: str, default: float, kind: type[int] | type[float]
-) -> float:
-    """The number in ``env[name]`` (``default`` when unset or blank)."""
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        return kind(text)
-    except ValueError:
-        raise TaskValidationError(name, text, f"a number ({kind.__name__})") from None
