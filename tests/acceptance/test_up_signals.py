@@ -77,6 +77,25 @@ async def _submit_sleep(base: str, seconds: int) -> str:
     return task_id
 
 
+async def _own_session_child(argv: list[str], group: int) -> bool:
+    """Whether a process runs exactly ``argv`` outside the process group ``group``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            found = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
+            if (
+                len(found) == len(argv)
+                and Path(found[0].decode()).name == argv[0]
+                and [a.decode() for a in found[1:]] == argv[1:]
+                and os.getpgid(int(entry.name)) != group
+            ):
+                return True
+        except (OSError, ProcessLookupError, UnicodeDecodeError):
+            continue
+    return False
+
+
 async def _status(db: StateDB, task_id: str) -> str:
     status: str = (await taskward.get_task(db, task_id))["status"]
     return status
@@ -104,6 +123,14 @@ async def _up_running(
         task_id = await _submit_sleep(base, sleep_s)
         await wait_until(
             lambda: _is(db, task_id, "running"), timeout=60, what="the task to be running"
+        )
+        # ...and its process spawned into a session of its own: a signal sent to `up`'s group
+        # before then could reach the child while it still shared that group (a flake: the
+        # task then failed, killed, instead of finishing or going back to the queue)
+        await wait_until(
+            lambda: _own_session_child(["sleep", str(sleep_s)], proc.pid),
+            timeout=60,
+            what="the task's process in a session of its own",
         )
     except BaseException:
         _kill(proc)

@@ -242,6 +242,7 @@ def _finish_params(run_id: str, *, worker: str = "w1") -> dict[str, Any]:
         "fact_ids": [new_id()],
         "event_ids": [new_id()],
         "outbox_ids": [new_id()],
+        "results": [None],  # R22: no return value stored
         "outbox_max_attempts": 10,
         "outbox_ttl_s": 604800.0,
     }
