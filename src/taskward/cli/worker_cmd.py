@@ -190,6 +190,9 @@ def worker(
 
     SIGTERM or Ctrl-C drains (no new claims; running tasks finish) and exits 0; a second signal
     cancels running tasks cooperatively, and they go back to the queue to be retried.
+
+    With --processes N a supervisor runs N such workers, restarts them (exit 75 at once, a
+    crash with backoff) and forwards those signals to each; it exits 0 when all drained cleanly.
     """
     from taskward.execution import RetryPolicy
 
