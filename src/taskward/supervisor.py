@@ -8,7 +8,7 @@ Restarts: exit 75 (``EXIT_MEMORY_PRESSURE``, ADR-0037 D5) at once; any other non
 signal after ``RestartBackoff``'s delay (0.5 s doubling to 30 s, back to 0.5 s once a child ran
 10 s); exit 0 (``--burst`` found no work) never: the supervisor ends when every child has ended.
 Signals: the first SIGTERM/SIGINT sends SIGTERM to every child (each drains, as one worker does)
-and stops restarts; a second is forwarded as it came (each child cancels its active tasks).
+and stops restarts; a second is forwarded, as SIGINT (each child cancels its active tasks).
 
 Known limits: children run in process groups of their own, so a terminal's Ctrl-C reaches the
 supervisor alone (it would otherwise reach every child too and count as their first signal while
@@ -38,6 +38,7 @@ RESTART_INITIAL_S: Final = 0.5
 RESTART_CAP_S: Final = 30.0
 HEALTHY_AFTER_S: Final = 10.0
 STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+EXIT_INTERRUPTED: Final = 130  # the CLI's exit on KeyboardInterrupt (cli.errors)
 
 
 def resolve_processes(value: str) -> int:
@@ -177,8 +178,8 @@ class Supervisor:
         return bool(self.signals)
 
     def request_stop(self, sig: signal.Signals) -> None:
-        """A stop signal: the first drains every child (SIGTERM), a later one is forwarded as it
-        came (the child cancels its active tasks). No child is started or restarted after it."""
+        """A stop signal: the first drains every child (SIGTERM), a later one is forwarded (as
+        SIGINT: the child cancels its active tasks). No child is started or restarted after it."""
         self.signals.append(sig)
         action = "draining" if len(self.signals) == 1 else "cancelling"
         self.log(f"{sig.name}: {action} {len(self.live)} worker process(es)")
@@ -193,11 +194,13 @@ class Supervisor:
 
     def _forward(self, child: _Child) -> None:
         """Send ``child`` every stop signal received that it has not been sent yet (a child
-        started while a signal arrived catches up here)."""
+        started while a signal arrived catches up here).
+
+        The first is sent as SIGTERM (a drain), every later one as SIGINT: a worker counts both
+        alike, and the kernel keeps one pending signal per number, so a second SIGTERM sent
+        before the child ran to take the first would merge with it and never cancel."""
         while len(child.signals_sent) < len(self.signals):
-            sig = self.signals[len(child.signals_sent)]
-            if not child.signals_sent:
-                sig = signal.SIGTERM  # the first is always a drain
+            sig = signal.SIGTERM if not child.signals_sent else signal.SIGINT
             child.signals_sent.append(sig)
             with contextlib.suppress(ProcessLookupError):
                 child.process.send_signal(sig)
@@ -209,6 +212,8 @@ class Supervisor:
             return True
         if not child.signals_sent:
             return False
+        if returncode == EXIT_INTERRUPTED and signal.SIGINT in child.signals_sent:
+            return True  # its KeyboardInterrupt: a SIGINT that came before its handlers
         return returncode == EXIT_MEMORY_PRESSURE or -returncode in child.signals_sent
 
     async def _start(self, slot: int) -> _Child | None:
