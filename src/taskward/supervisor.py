@@ -236,6 +236,8 @@ class Supervisor:
         """Run one child slot until it ends for good; True when its last exit was clean."""
         backoff = self._backoff()
         while True:
+            if self.stopping and slot not in self.last_exit:
+                return True  # stopped before this slot's first start: nothing to drain
             child = await self._start(slot)
             if child is None:
                 returncode, ran_s, clean = 127, 0.0, False

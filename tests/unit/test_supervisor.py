@@ -17,6 +17,7 @@ from taskward.store.open import ENV_VAR
 from taskward.supervisor import (
     MAX_PROCESSES,
     RestartBackoff,
+    Supervisor,
     WorkerIds,
     child_argv,
     describe_exit,
@@ -186,3 +187,17 @@ def test_processes_1_runs_no_supervisor(
 def test_a_bad_processes_value_exits_2(supervised: list[dict[str, Any]], bad: str) -> None:
     assert main(["--db", "sqlite:///x.db", "worker", "--processes", bad]) == 2
     assert supervised == []
+
+
+async def test_a_stop_before_any_start_starts_nothing_and_exits_0() -> None:
+    lines: list[str] = []
+    supervisor = Supervisor([sys.executable, "-c", "raise SystemExit(3)"], 3, log=lines.append)
+    supervisor.request_stop(signal.SIGTERM)
+    assert await supervisor.run() == 0
+    assert not any("started" in line for line in lines), lines
+
+
+def test_processes_are_bounded() -> None:
+    for bad in (0, MAX_PROCESSES + 1):
+        with pytest.raises(ValueError, match=f"1..{MAX_PROCESSES}"):
+            Supervisor(["x"], bad)
