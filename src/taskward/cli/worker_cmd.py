@@ -20,10 +20,57 @@ from taskward.host.models import Task
 from taskward.lifecycle import TERMINAL
 from taskward.models import EXECUTION_TARGETS
 from taskward.runtime import WorkerConfig, WorkerRuntime
+from taskward.supervisor import MAX_PROCESSES, resolve_processes, run_supervisor
+
+# Not replayed to a child: the supervisor's own options (each child gets its --worker-id).
+SUPERVISOR_ONLY = frozenset({"processes", "worker_id"})
 
 
 def _stamp() -> str:
     return datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+def replayed_options(ctx: click.Context, skip: frozenset[str] = frozenset()) -> list[str]:
+    """The options of ``ctx``'s command that its command line gave, as argv again.
+
+    Only what came from the command line is replayed: a default is the child's default too,
+    and a value from an environment variable (``TASKWARD_DATABASE_URL``) reaches the child
+    through the environment it inherits, not through its argv (which ``ps`` shows)."""
+    argv: list[str] = []
+    for param in ctx.command.params:
+        name = param.name
+        if not isinstance(param, click.Option) or name is None or name in skip:
+            continue
+        if ctx.get_parameter_source(name) is not click.ParameterSource.COMMANDLINE:
+            continue
+        value = ctx.params[name]
+        opt = max(param.opts, key=len)
+        if param.is_flag and not param.secondary_opts:
+            argv += [opt] if value else []
+        elif param.is_flag:
+            argv.append(opt if value else max(param.secondary_opts, key=len))
+        elif param.multiple:
+            for item in value:
+                argv += [opt, str(item)]
+        elif value is not None:
+            argv += [opt, str(value)]
+    return argv
+
+
+def child_base_argv(ctx: click.Context) -> list[str]:
+    """A supervised child's command line (R26): this interpreter running the same ``taskward
+    ... worker ...`` as given, without ``--processes`` and ``--worker-id`` (the supervisor adds
+    each child's own); an explicit argv list, never a shell."""
+    root = ctx.find_root()
+    assert ctx.info_name is not None
+    return [
+        sys.executable,
+        "-m",
+        "taskward.cli.main",
+        *replayed_options(root),
+        ctx.info_name,
+        *replayed_options(ctx, SUPERVISOR_ONLY),
+    ]
 
 
 @click.command("worker")
@@ -110,6 +157,16 @@ def _stamp() -> str:
     help="Exit 0 once no claimable work is left (for batch jobs and tests).",
 )
 @click.option("--quiet", is_flag=True, help="No per-task lines.")
+@click.option(
+    "--processes",
+    default="1",
+    show_default=True,
+    metavar="N|auto",
+    help=f"Worker processes under one supervisor, 1..{MAX_PROCESSES}, or auto (the CPU count); "
+    "each has its own worker id (--worker-id becomes their prefix: ID-1, ID-2, ...). The "
+    "supervisor restarts a child that exits 75 at once and one that crashes with backoff "
+    "(docs/worker.md, Worker processes).",
+)
 @pass_state
 def worker(
     state: CliState,
@@ -127,11 +184,15 @@ def worker(
     memory_limit_mb: float | None,
     burst: bool,
     quiet: bool,
+    processes: str,
 ) -> int:
     """Run a worker: claim, execute and acknowledge tasks until stopped.
 
     SIGTERM or Ctrl-C drains (no new claims; running tasks finish) and exits 0; a second signal
     cancels running tasks cooperatively, and they go back to the queue to be retried.
+
+    With --processes N a supervisor runs N such workers, restarts them (exit 75 at once, a
+    crash with backoff) and forwards those signals to each; it exits 0 when all drained cleanly.
     """
     from taskward.execution import RetryPolicy
 
@@ -141,7 +202,18 @@ def worker(
             f"{MIN_RENEWABLE_LEASE_TTL_SECONDS:g} s (leases are renewed every --lease-ttl / 3)",
             param_hint="'--lease-ttl'",
         )
+    try:
+        process_count = resolve_processes(processes)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--processes'") from exc
+    # Imported here too under a supervisor: a bad --import fails at once, not in a restart loop.
     registry = registry_for(state)
+    if process_count > 1:
+        return run_supervisor(
+            child_base_argv(click.get_current_context()),
+            process_count,
+            worker_id_prefix=worker_id,
+        )
     config = WorkerConfig(
         concurrency=concurrency,
         capabilities=capabilities,
