@@ -666,6 +666,28 @@ async def test_a_tampered_body_or_an_old_timestamp_fails_verification(
         verifier.verify(old_body, old_headers)
 
 
+async def test_the_receiver_example_in_the_docs_verifies_and_dedupes(
+    db: StateDB, receiver: Receiver
+) -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "outbox.md").read_text()
+    (example,) = (
+        block
+        for block in doc.split("```python\n")[1:]
+        if block.startswith("from standardwebhooks import")
+    )
+    secret = "whsec_" + base64.b64encode(b"a key of thirty-two random bytes").decode()
+    namespace: dict[str, Any] = {}
+    exec(example.split("```")[0].replace('"whsec_..."', repr(secret)), namespace)
+    await terminal_task(db, "queued", "skipped")
+    async with deliverer(db, WebhookTarget(url=receiver.url, secret=secret)) as d:
+        assert (await d.run_once(now=T0))["delivered"] == 1
+    ((_, _, headers, body),) = receiver.requests
+    handle = namespace["handle"]
+    assert handle(body, headers) == 204
+    assert handle(body, headers) == 200  # the same webhook-id again: a redelivery
+    assert handle(body + b" ", headers) == 401
+
+
 async def test_the_webhook_id_is_the_same_on_every_attempt(db: StateDB, receiver: Receiver) -> None:
     task_id = await terminal_task(db, "queued", "skipped")
     receiver.statuses = [503]
