@@ -335,8 +335,9 @@ class WorkerRuntime:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
-            if self.outbox is not None:
-                await self.outbox.aclose()  # its HTTP connections
+            with contextlib.suppress(Exception):
+                if self.outbox is not None:
+                    await self.outbox.aclose()  # its HTTP connections
             with contextlib.suppress(Exception):
                 await self.heartbeat()
         return self.exit_code

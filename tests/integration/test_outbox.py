@@ -872,6 +872,11 @@ def test_targets_come_from_the_environment() -> None:
         OutboxConfig.from_env({"TASKWARD_WEBHOOK_URL": "https://example.invalid/hook"})
     with pytest.raises(TaskValidationError, match="http"):
         OutboxConfig.from_env({"TASKWARD_WEBHOOK_URL": "ftp://x/", "TASKWARD_WEBHOOK_SECRET": "x"})
+    with pytest.raises(TaskValidationError, match="TASKWARD_WEBHOOK_SECRET") as bad:
+        OutboxConfig.from_env(
+            {"TASKWARD_WEBHOOK_URL": "https://x/", "TASKWARD_WEBHOOK_SECRET": "whsec_%%hush%%"}
+        )
+    assert "hush" not in str(bad.value)
     with pytest.raises(TaskValidationError, match="TASKWARD_NOTIFY_COMMAND"):
         OutboxConfig.from_env({"TASKWARD_NOTIFY_COMMAND": "notify --quiet"})
     with pytest.raises(TaskValidationError, match="argv"):
@@ -916,6 +921,7 @@ async def test_the_worker_runtime_runs_a_deliverer_unless_disabled(db: StateDB) 
     runtime.request_stop()
     assert await asyncio.wait_for(serving, 10) == 0
     assert (await one_row(db, task_id))["status"] == "delivered"
+    assert runtime.outbox._is_closed  # its HTTP client closed with the worker
     assert WorkerRuntime(db, REGISTRY, WorkerConfig(deliver_outbox=False)).outbox is None
 
 

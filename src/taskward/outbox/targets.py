@@ -189,7 +189,13 @@ class WebhookTarget:
                 message=f"a webhook needs a signing secret ({ENV_WEBHOOK_SECRET}); "
                 "receivers verify webhook-signature with it",
             )
-        object.__setattr__(self, "_signer", webhook_signer(self.secret))
+        try:
+            signer = webhook_signer(self.secret)
+        except TaskValidationError as exc:  # the message names the setting, never the value
+            raise TaskValidationError(
+                exc.field, exc.value, exc.allowed, message=f"{ENV_WEBHOOK_SECRET}: {exc}"
+            ) from None
+        object.__setattr__(self, "_signer", signer)
         object.__setattr__(
             self, "timeout_s", _validate_timeout("webhook timeout_s", self.timeout_s)
         )
