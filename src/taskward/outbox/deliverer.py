@@ -15,9 +15,7 @@ import random
 import socket
 import uuid
 from collections.abc import Sequence
-from typing import Final
-
-import httpx
+from typing import TYPE_CHECKING, Final
 
 from taskward.canonical import dumps
 from taskward.loops import raise_if_cancelling
@@ -33,6 +31,9 @@ from taskward.outbox.targets import (
 )
 from taskward.store.port import Row, StateDB
 from taskward.store.retry import Streak, loop_backoff
+
+if TYPE_CHECKING:
+    import httpx  # imported when the first webhook needs a client (targets.new_http_client)
 
 log = logging.getLogger("taskward.outbox")
 

@@ -20,14 +20,18 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-import httpx
 from standardwebhooks import Webhook
 
 from taskward.adapters.childenv import child_environment, validate_env_passthrough
 from taskward.errors import TaskValidationError
 from taskward.outbox.signing import ATTEMPT_HEADER, EVENT_HEADER, webhook_headers, webhook_signer
+
+if TYPE_CHECKING:
+    # Imported where a client is made or used: ``import httpx`` also imports rich (its CLI),
+    # which a worker's start must not pay for (tests/acceptance/test_cli.py).
+    import httpx
 
 DEFAULT_WEBHOOK_TIMEOUT_S: Final = 10.0
 DEFAULT_COMMAND_TIMEOUT_S: Final = 30.0
@@ -72,6 +76,8 @@ def new_http_client(*, max_connections: int) -> httpx.AsyncClient:
     redirects never followed (a 3xx would re-send the signed body to an address the operator
     did not configure), no cookies kept between receivers' answers, proxies and CA bundle from
     the environment as for any HTTP client."""
+    import httpx
+
     limits = httpx.Limits(
         max_connections=max_connections, max_keepalive_connections=max_connections
     )
@@ -113,13 +119,16 @@ class HideWebhookUrls(logging.Filter):
     deliverer while its client is open."""
 
     def __init__(self, urls: Sequence[str]) -> None:
+        import httpx
+
         super().__init__()
+        self._url_type = httpx.URL
         self._endpoints = {str(httpx.URL(url)): _endpoint(url) for url in urls}
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
             record.args = tuple(
-                self._endpoints.get(str(arg), arg) if isinstance(arg, httpx.URL) else arg
+                self._endpoints.get(str(arg), arg) if isinstance(arg, self._url_type) else arg
                 for arg in record.args
             )
         return True
@@ -134,6 +143,8 @@ async def _post(
 ) -> None:
     """POST ``payload``; return on a 2xx, raise ``DeliveryFailed`` otherwise. The failure
     text names the endpoint alone: it is stored on the outbox row every reader sees."""
+    import httpx
+
     try:
         async with client.stream(
             "POST", url, content=payload, headers=headers, timeout=timeout_s
