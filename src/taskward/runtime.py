@@ -336,5 +336,8 @@ class WorkerRuntime:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             with contextlib.suppress(Exception):
+                if self.outbox is not None:
+                    await self.outbox.aclose()  # its HTTP connections
+            with contextlib.suppress(Exception):
                 await self.heartbeat()
         return self.exit_code

@@ -8,12 +8,14 @@ backoff, operator retry and purge — and never a change to the task.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
+import base64
+import contextlib
 import json
+import logging
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +24,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from standardwebhooks import Webhook, WebhookVerificationError
 
 import taskward
 from taskward import Actor, StateReason, TransitionRequest
@@ -48,8 +51,9 @@ from taskward.outbox import (
     list_notifications,
     purge_notifications,
     retry_notification,
-    verify_signature,
 )
+from taskward.outbox.signing import webhook_headers
+from taskward.outbox.targets import MAX_RESPONSE_BYTES
 from taskward.reads import list_task_events
 from taskward.runtime import WorkerConfig, WorkerRuntime
 from taskward.store.port import Row, StateDB
@@ -545,28 +549,37 @@ async def test_purge_deletes_only_finished_rows(db: StateDB) -> None:
 
 
 class Receiver:
-    """A loopback HTTP receiver answering POSTs with queued status codes (default 200)."""
+    """A loopback HTTP/1.1 receiver (keep-alive) answering POSTs with queued status codes
+    (default 200) and ``answer`` as the body; it records each request and its client port."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
+        self.client_ports: list[int] = []
         self.statuses: list[int] = []
+        self.answer = b""
         self.delay_s = 0.0
         self._release = threading.Event()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 receiver.requests.append((self.command, self.path, dict(self.headers), body))
+                receiver.client_ports.append(self.client_address[1])
                 if receiver.delay_s:
                     receiver._release.wait(receiver.delay_s)
                 status = receiver.statuses.pop(0) if receiver.statuses else 200
                 self.send_response(status)
                 if 300 <= status < 400:
                     self.send_header("Location", "/elsewhere")
-                self.send_header("Content-Length", "0")
+                self.send_header("Set-Cookie", "session=from-the-receiver")
+                self.send_header("Content-Length", str(len(receiver.answer)))
                 self.end_headers()
+                with contextlib.suppress(OSError):  # a client that stopped reading
+                    self.wfile.write(receiver.answer)
 
             do_POST = _handle
             do_GET = _handle
@@ -596,36 +609,169 @@ def receiver() -> Iterator[Receiver]:
     r.close()
 
 
-async def test_a_webhook_receives_the_signed_envelope(db: StateDB, receiver: Receiver) -> None:
+async def test_a_webhook_receives_the_envelope_signed_the_standard_webhooks_way(
+    db: StateDB, receiver: Receiver
+) -> None:
     task_id = await terminal_task(db, "queued", "skipped")
     hook = WebhookTarget(url=receiver.url, secret=SECRET, timeout_s=5)
-    assert (await deliverer(db, hook).run_once(now=T0))["delivered"] == 1
+    async with deliverer(db, hook) as d:
+        assert (await d.run_once(now=T0))["delivered"] == 1
     row = await one_row(db, task_id)
     ((method, path, headers, body),) = receiver.requests
     assert (method, path) == ("POST", "/hook")
     assert body == envelope(row)
+    # The receiver's side: a published Standard Webhooks library verifies it. A plain secret
+    # is the key's UTF-8 bytes.
+    assert Webhook(SECRET.encode()).verify(body, headers) == json.loads(body)
     assert json.loads(body)["body"] == row["body"]
-    expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
-    assert headers["X-Taskward-Signature"] == expected
-    assert verify_signature(SECRET, body, headers["X-Taskward-Signature"])
-    assert not verify_signature("other", body, headers["X-Taskward-Signature"])
-    assert headers["X-Taskward-Timestamp"].isdigit()
-    assert headers["X-Taskward-Delivery"] == row["id"]
+    assert headers["webhook-id"] == row["id"]
+    assert headers["webhook-timestamp"].isdigit()
+    assert headers["webhook-signature"].startswith("v1,")
     assert headers["X-Taskward-Event"] == "task_terminal"
     assert headers["X-Taskward-Attempt"] == "1"
     assert headers["Content-Type"] == "application/json"
+    assert headers["User-Agent"] == "taskward-outbox"
+    assert not {"X-Taskward-Signature", "X-Taskward-Timestamp", "X-Taskward-Delivery"} & set(
+        headers
+    )
+    with pytest.raises(WebhookVerificationError):
+        Webhook(b"another key").verify(body, headers)
+
+
+async def test_a_tampered_body_or_an_old_timestamp_fails_verification(
+    db: StateDB, receiver: Receiver
+) -> None:
+    await terminal_task(db, "queued", "skipped")
+    hook = WebhookTarget(url=receiver.url, secret=SECRET, timeout_s=5)
+    async with deliverer(db, hook) as d:
+        assert (await d.run_once(now=T0))["delivered"] == 1
+    ((_, _, headers, body),) = receiver.requests
+    verifier = Webhook(SECRET.encode())
+    tampered = body.replace(b'"skipped"', b'"completed"')
+    assert tampered != body
+    with pytest.raises(WebhookVerificationError, match="signature"):
+        verifier.verify(tampered, headers)
+    # The timestamp is signed: moving it forward breaks the signature...
+    moved = {**headers, "webhook-timestamp": str(int(headers["webhook-timestamp"]) + 1)}
+    with pytest.raises(WebhookVerificationError, match="signature"):
+        verifier.verify(body, moved)
+    # ...and a request signed ten minutes ago (a replay) is refused as too old.
+    stale = WebhookTarget(url=receiver.url, secret=SECRET, clock=lambda: time.time() - 600)
+    task_id = await terminal_task(db, "queued", "cancelled")
+    async with deliverer(db, stale) as d:
+        assert (await d.run_once(now=T0))["delivered"] == 1
+    (_, _, old_headers, old_body) = receiver.requests[-1]
+    assert json.loads(old_body)["task_id"] == task_id
+    with pytest.raises(WebhookVerificationError, match="too old"):
+        verifier.verify(old_body, old_headers)
+
+
+async def test_the_receiver_example_in_the_docs_verifies_and_dedupes(
+    db: StateDB, receiver: Receiver
+) -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "outbox.md").read_text()
+    (example,) = (
+        block
+        for block in doc.split("```python\n")[1:]
+        if block.startswith("from standardwebhooks import")
+    )
+    secret = "whsec_" + base64.b64encode(b"a key of thirty-two random bytes").decode()
+    namespace: dict[str, Any] = {}
+    exec(example.split("```")[0].replace('"whsec_..."', repr(secret)), namespace)
+    await terminal_task(db, "queued", "skipped")
+    async with deliverer(db, WebhookTarget(url=receiver.url, secret=secret)) as d:
+        assert (await d.run_once(now=T0))["delivered"] == 1
+    ((_, _, headers, body),) = receiver.requests
+    handle = namespace["handle"]
+    assert handle(body, headers) == 204
+    assert handle(body, headers) == 200  # the same webhook-id again: a redelivery
+    assert handle(body + b" ", headers) == 401
+
+
+async def test_the_webhook_id_is_the_same_on_every_attempt(db: StateDB, receiver: Receiver) -> None:
+    task_id = await terminal_task(db, "queued", "skipped")
+    receiver.statuses = [503]
+    async with deliverer(db, WebhookTarget(url=receiver.url, secret=SECRET)) as d:
+        assert (await d.run_once(now=T0))["failed"] == 1
+        assert (await d.run_once(now=T0 + 10))["delivered"] == 1
+    first, second = (headers for _, _, headers, _ in receiver.requests)
+    assert first["webhook-id"] == second["webhook-id"] == (await one_row(db, task_id))["id"]
+    assert (first["X-Taskward-Attempt"], second["X-Taskward-Attempt"]) == ("1", "2")
+
+
+def test_a_whsec_secret_is_the_standard_base64_key_and_never_shown() -> None:
+    key = b"\x00\x01 a binary key \xff"
+    secret = "whsec_" + base64.b64encode(key).decode()
+    hook = WebhookTarget(url="https://example.invalid/hook", secret=secret)
+    payload = b'{"id":"n1"}'
+    headers = webhook_headers(hook._signer, "n1", int(time.time()), payload)
+    Webhook(secret).verify(payload, headers)  # what a receiver given the whsec_ secret does
+    Webhook(key).verify(payload, headers)
+    assert secret not in repr(hook)
+    with pytest.raises(TaskValidationError) as bad:
+        WebhookTarget(url="https://example.invalid/hook", secret="whsec_not*base64!")
+    assert "not*base64" not in str(bad.value)
+    with pytest.raises(TaskValidationError):
+        WebhookTarget(url="https://example.invalid/hook", secret="whsec_")
+
+
+async def test_deliveries_reuse_one_connection_and_the_deliverer_closes_it(
+    db: StateDB, receiver: Receiver
+) -> None:
+    for _ in range(3):
+        await terminal_task(db, "queued", "skipped")
+    hook = WebhookTarget(url=receiver.url, secret=SECRET)
+    d = deliverer(db, hook, concurrency=1)
+    assert (await d.run_once(now=T0))["delivered"] == 3
+    await terminal_task(db, "queued", "cancelled")
+    assert (await d.run_once(now=T0 + 1))["delivered"] == 1
+    assert len(receiver.client_ports) == 4 and len(set(receiver.client_ports)) == 1
+    # No cookie kept from one answer for the next delivery.
+    assert all("Cookie" not in headers for _, _, headers, _ in receiver.requests)
+    client = d._http
+    assert client is not None and not client.is_closed
+    await d.aclose()
+    await d.aclose()
+    assert client.is_closed
+    await terminal_task(db, "queued", "cancelled")
+    assert (await d.run_once(now=T0 + 2))["failed"] == 1  # a closed deliverer delivers no more
+
+
+async def test_run_closes_the_http_client_when_it_returns(db: StateDB, receiver: Receiver) -> None:
+    task_id = await submit(db)
+    await move(db, task_id, "queued", "skipped")  # the store's clock: due now
+    d = deliverer(db, WebhookTarget(url=receiver.url, secret=SECRET), poll_interval_s=0.05)
+    runner = asyncio.create_task(d.run())
+    await asyncio.wait_for(d.recorded.wait(), 10)
+    client = d._http
+    d.stop()
+    await asyncio.wait_for(runner, 10)
+    assert client is not None and client.is_closed
+    assert (await one_row(db, task_id))["status"] == "delivered"
+
+
+async def test_a_long_answer_is_not_read_past_its_bound(db: StateDB, receiver: Receiver) -> None:
+    for _ in range(2):
+        await terminal_task(db, "queued", "skipped")
+    receiver.answer = b"x" * (MAX_RESPONSE_BYTES * 16)
+    async with deliverer(db, WebhookTarget(url=receiver.url, secret=SECRET), concurrency=1) as d:
+        assert (await d.run_once(now=T0))["delivered"] == 2
+    # The rest of each answer was left unread, so its connection was dropped, not reused.
+    assert len(set(receiver.client_ports)) == 2
 
 
 async def test_a_non_2xx_answer_is_a_failed_attempt(db: StateDB, receiver: Receiver) -> None:
     task_id = await terminal_task(db, "queued", "skipped")
     receiver.statuses = [500, 302, 204]
-    d = deliverer(db, WebhookTarget(url=receiver.url, secret=SECRET, timeout_s=5))
-    assert (await d.run_once(now=T0))["failed"] == 1
-    assert (await one_row(db, task_id))["last_error"] == "webhook: HTTP 500 Internal Server Error"
-    assert (await d.run_once(now=T0 + 10))["failed"] == 1
-    assert "HTTP 302" in (await one_row(db, task_id))["last_error"]
-    assert (await d.run_once(now=T0 + 30))["delivered"] == 1
+    async with deliverer(db, WebhookTarget(url=receiver.url, secret=SECRET, timeout_s=5)) as d:
+        assert (await d.run_once(now=T0))["failed"] == 1
+        row = await one_row(db, task_id)
+        assert row["last_error"] == "webhook: HTTP 500 Internal Server Error"
+        assert (await d.run_once(now=T0 + 10))["failed"] == 1
+        assert (await one_row(db, task_id))["last_error"] == "webhook: HTTP 302 Found"
+        assert (await d.run_once(now=T0 + 30))["delivered"] == 1
     assert [m for m, *_ in receiver.requests] == ["POST", "POST", "POST"]  # no redirect followed
+    assert [p for _, p, *_ in receiver.requests] == ["/hook"] * 3
 
 
 async def test_a_webhook_that_does_not_answer_in_time_is_a_failed_attempt(
@@ -634,9 +780,10 @@ async def test_a_webhook_that_does_not_answer_in_time_is_a_failed_attempt(
     task_id = await terminal_task(db, "queued", "skipped")
     receiver.delay_s = 5.0
     hook = WebhookTarget(url=receiver.url, secret=SECRET, timeout_s=0.3)
-    assert (await deliverer(db, hook).run_once(now=T0))["failed"] == 1
+    async with deliverer(db, hook) as d:
+        assert (await d.run_once(now=T0))["failed"] == 1
     error = (await one_row(db, task_id))["last_error"]
-    assert error.startswith("webhook: ") and ("0.3s" in error or "timed out" in error)
+    assert error.startswith("webhook: ") and "0.3s" in error
 
 
 async def test_an_unreachable_webhook_is_a_failed_attempt(db: StateDB) -> None:
@@ -645,8 +792,10 @@ async def test_an_unreachable_webhook_is_a_failed_attempt(db: StateDB) -> None:
     port = closed.server_address[1]
     closed.server_close()
     hook = WebhookTarget(url=f"http://127.0.0.1:{port}/", secret=SECRET, timeout_s=2)
-    assert (await deliverer(db, hook).run_once(now=T0))["failed"] == 1
-    assert "cannot reach" in (await one_row(db, task_id))["last_error"]
+    async with deliverer(db, hook) as d:
+        assert (await d.run_once(now=T0))["failed"] == 1
+    error = (await one_row(db, task_id))["last_error"]
+    assert error.startswith(f"webhook: cannot reach http://127.0.0.1:{port}: "), error
 
 
 # -- a local command --------------------------------------------------------------------------
@@ -723,6 +872,11 @@ def test_targets_come_from_the_environment() -> None:
         OutboxConfig.from_env({"TASKWARD_WEBHOOK_URL": "https://example.invalid/hook"})
     with pytest.raises(TaskValidationError, match="http"):
         OutboxConfig.from_env({"TASKWARD_WEBHOOK_URL": "ftp://x/", "TASKWARD_WEBHOOK_SECRET": "x"})
+    with pytest.raises(TaskValidationError, match="TASKWARD_WEBHOOK_SECRET") as bad:
+        OutboxConfig.from_env(
+            {"TASKWARD_WEBHOOK_URL": "https://x/", "TASKWARD_WEBHOOK_SECRET": "whsec_%%hush%%"}
+        )
+    assert "hush" not in str(bad.value)
     with pytest.raises(TaskValidationError, match="TASKWARD_NOTIFY_COMMAND"):
         OutboxConfig.from_env({"TASKWARD_NOTIFY_COMMAND": "notify --quiet"})
     with pytest.raises(TaskValidationError, match="argv"):
@@ -767,6 +921,7 @@ async def test_the_worker_runtime_runs_a_deliverer_unless_disabled(db: StateDB) 
     runtime.request_stop()
     assert await asyncio.wait_for(serving, 10) == 0
     assert (await one_row(db, task_id))["status"] == "delivered"
+    assert runtime.outbox._is_closed  # its HTTP client closed with the worker
     assert WorkerRuntime(db, REGISTRY, WorkerConfig(deliver_outbox=False)).outbox is None
 
 
@@ -822,12 +977,27 @@ async def test_the_outbox_table_has_its_columns_indexes_and_checks(
                     await conn.execute(sql)
 
 
-def test_an_unreachable_webhook_is_named_by_its_endpoint_alone() -> None:
-    # The failure text is stored on the outbox row every reader sees; a webhook URL often
-    # carries its secret in its path or userinfo.
-    from taskward.outbox.targets import _post
-
+async def test_a_webhook_url_is_named_by_its_endpoint_alone_in_errors_and_logs(
+    db: StateDB, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The failure text is stored on the outbox row every reader sees, and httpx logs each
+    # request's URL at INFO; a webhook URL often carries its secret in its path or userinfo.
+    hook = WebhookTarget(url="http://user:pw@127.0.0.1:1/services/T0/s3cret-path", secret=SECRET)
+    row = {"id": "n1", "kind": "k", "attempts": 1}
     with pytest.raises(DeliveryFailed) as failed:
-        _post("http://user:pw@127.0.0.1:1/services/T0/s3cret-path", b"{}", {}, 2.0)
-    assert "http://127.0.0.1:1" in str(failed.value)
+        await hook.deliver(b"{}", row)
+    assert str(failed.value).startswith("cannot reach http://127.0.0.1:1: ")
     assert "s3cret-path" not in str(failed.value) and "pw" not in str(failed.value)
+    secret_url = receiver.url + "/s3cret-path?token=hush"
+    caplog.set_level(logging.DEBUG)
+    await WebhookTarget(url=secret_url, secret=SECRET).deliver(b"{}", row)
+    task_id = await terminal_task(db, "queued", "skipped")
+    async with deliverer(db, WebhookTarget(url=secret_url, secret=SECRET)) as d:
+        assert (await d.run_once(now=T0))["delivered"] == 1
+    assert (await one_row(db, task_id))["status"] == "delivered"
+    logged = [r.getMessage() for r in caplog.records if r.name == "httpx"]
+    assert len(logged) == 2 and all(receiver.url.removesuffix("/hook") in m for m in logged)
+    everything = " ".join(r.getMessage() for r in caplog.records)
+    assert "s3cret-path" not in everything and "hush" not in everything
+    assert SECRET not in everything
+    assert not logging.getLogger("httpx").filters  # removed with the clients

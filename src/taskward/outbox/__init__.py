@@ -8,20 +8,20 @@ statement here touches ``dispatch_outbox`` only: delivery state never changes a 
 Terminal transitions enqueue their notification themselves (``transitions.rows.audit_rows``,
 written by ``transitions.apply``).
 
-Known limits: delivery is at least once — a receiver dedupes by the notification ``id`` (or
-``dedup_key``), both inside the signed body. A webhook request runs in a worker thread
-(urllib); when it outlives its timeout the deliverer counts a failed attempt and moves on, but
-the thread may still finish sending it. With no target configured nothing is claimed: rows stay
-``pending`` (and expire at ``expires_at``) until a target is configured.
+Known limits: delivery is at least once — a receiver dedupes by the notification ``id`` (the
+signed ``webhook-id`` header, also inside the signed body) or ``dedup_key``. A webhook request
+that outlives its timeout is cancelled (httpx, in the deliverer's event loop) and counts as a
+failed attempt; the receiver may still have acted on it. With no target configured nothing is
+claimed: rows stay ``pending`` (and expire at ``expires_at``) until a target is configured.
 
 One owner per module; imports inside the package point one way (nothing imports ``deliverer``
 or ``api``, ``signing`` imports no sibling):
 
-- ``signing``: the envelope every target receives, its HMAC signature and the webhook headers.
+- ``signing``: the envelope every target receives and its Standard Webhooks headers.
 - ``targets`` -> ``signing``: the target protocol, ``WebhookTarget``, ``CommandTarget``.
 - ``config`` -> ``targets``: ``Backoff``, ``OutboxConfig`` and its ``from_env``.
 - ``deliverer`` -> ``config``, ``targets``, ``signing``: ``OutboxDeliverer``, the claim and
-  lease of rows.
+  lease of rows, and the HTTP client its webhooks share.
 - ``api`` -> ``targets`` (its seconds validator only): enqueue and the operator's list, get,
   count, retry and purge; otherwise the store alone.
 
@@ -42,12 +42,11 @@ from taskward.outbox.api import (
 )
 from taskward.outbox.config import Backoff, OutboxConfig
 from taskward.outbox.deliverer import OutboxDeliverer
-from taskward.outbox.signing import envelope, sign_payload, verify_signature
+from taskward.outbox.signing import envelope
 from taskward.outbox.targets import CommandTarget, DeliveryFailed, DeliveryTarget, WebhookTarget
 
 __all__ = [
     "DeliveryTarget",
-    "sign_payload",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_TTL_S",
     "MAX_LIST_LIMIT",
@@ -65,5 +64,4 @@ __all__ = [
     "list_notifications",
     "purge_notifications",
     "retry_notification",
-    "verify_signature",
 ]

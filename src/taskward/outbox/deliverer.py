@@ -1,5 +1,9 @@
 """The deliverer: claims due rows under a lease of its own, sends each to every target and
-records the outcome, guarded by the lease (R12)."""
+records the outcome, guarded by the lease (R12).
+
+It owns one ``httpx.AsyncClient`` for its webhook targets (opened at the first webhook
+delivery, so connections are reused across deliveries; closed by ``aclose()``, which ``run()``
+calls when it returns); a closed deliverer refuses to deliver again."""
 
 from __future__ import annotations
 
@@ -11,15 +15,25 @@ import random
 import socket
 import uuid
 from collections.abc import Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from taskward.canonical import dumps
 from taskward.loops import raise_if_cancelling
 from taskward.outbox.config import OutboxConfig
 from taskward.outbox.signing import envelope
-from taskward.outbox.targets import DeliveryFailed, DeliveryTarget
+from taskward.outbox.targets import (
+    DeliveryFailed,
+    DeliveryTarget,
+    HideWebhookUrls,
+    WebhookTarget,
+    httpx_log,
+    new_http_client,
+)
 from taskward.store.port import Row, StateDB
 from taskward.store.retry import Streak, loop_backoff
+
+if TYPE_CHECKING:
+    import httpx  # imported when the first webhook needs a client (targets.new_http_client)
 
 log = logging.getLogger("taskward.outbox")
 
@@ -43,6 +57,7 @@ class OutboxDeliverer:
     row is never delivered by two of them at the same time.
 
     ``run_once(now=)`` is one pass (tests call it); ``run()`` loops until ``stop()``.
+    ``aclose()`` (or ``async with``) closes its HTTP client when passes are driven from outside.
     """
 
     def __init__(
@@ -61,6 +76,38 @@ class OutboxDeliverer:
         self._stopping = asyncio.Event()
         # Set whenever an attempt's outcome has been written (a hook for tests: no sleeps).
         self.recorded = asyncio.Event()
+        self._http: httpx.AsyncClient | None = None
+        self._hide_urls: HideWebhookUrls | None = None
+        self._is_closed = False
+
+    async def __aenter__(self) -> OutboxDeliverer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _http_client(self) -> httpx.AsyncClient:
+        """The one client of this deliverer's webhooks, opened on first use."""
+        if self._is_closed:
+            raise RuntimeError("this deliverer is closed; create a new one")
+        if self._http is None:
+            urls = [t.url for t in self.targets if isinstance(t, WebhookTarget)]
+            self._hide_urls = HideWebhookUrls(urls)
+            httpx_log.addFilter(self._hide_urls)
+            self._http = new_http_client(max_connections=self.config.concurrency)
+        return self._http
+
+    async def aclose(self) -> None:
+        """Close the HTTP client; safe twice. The deliverer delivers no more."""
+        self._is_closed = True
+        if self.state is DelivererState.NEW:
+            self.state = DelivererState.STOPPED
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()
+        if self._hide_urls is not None:
+            httpx_log.removeFilter(self._hide_urls)
+            self._hide_urls = None
 
     @property
     def targets(self) -> Sequence[DeliveryTarget]:
@@ -114,7 +161,10 @@ class OutboxDeliverer:
                 continue  # acknowledged on an earlier attempt: not sent again
             try:
                 async with asyncio.timeout(target.timeout_s):
-                    await target.deliver(payload, row)
+                    if isinstance(target, WebhookTarget):
+                        await target.deliver(payload, row, client=self._http_client())
+                    else:
+                        await target.deliver(payload, row)
             except TimeoutError:
                 errors.append(f"{target.name}: no acknowledgement within {target.timeout_s:g}s")
             except DeliveryFailed as exc:
@@ -178,6 +228,7 @@ class OutboxDeliverer:
                         await self._stopping.wait()
         finally:
             self.state = DelivererState.STOPPED
+            await self.aclose()
 
     def stop(self) -> None:
         """Ask ``run()`` to return after the current pass; safe twice or before ``run()``."""

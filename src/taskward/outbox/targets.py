@@ -1,35 +1,43 @@
 """Where notifications go: the ``DeliveryTarget`` protocol, a signed webhook and a local
-command, each validated when built."""
+command, each validated when built.
+
+Invariants (R12 delivery, enforced here): a webhook acknowledges only with a 2xx; redirects are
+never followed; at most ``MAX_RESPONSE_BYTES`` of an answer are read; a failure's text (stored on
+the outbox row) and httpx's request log name the webhook's scheme, host and port alone, never
+its path, query or userinfo, which often carry a secret.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.cookiejar
+import logging
 import os
 import signal
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from standardwebhooks import Webhook
 
 from taskward.adapters.childenv import child_environment, validate_env_passthrough
 from taskward.errors import TaskValidationError
-from taskward.outbox.signing import (
-    ATTEMPT_HEADER,
-    DELIVERY_HEADER,
-    EVENT_HEADER,
-    SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    sign_payload,
-)
+from taskward.outbox.signing import ATTEMPT_HEADER, EVENT_HEADER, webhook_headers, webhook_signer
+
+if TYPE_CHECKING:
+    # Imported where a client is made or used: ``import httpx`` also imports rich (its CLI),
+    # which a worker's start must not pay for (tests/acceptance/test_cli.py).
+    import httpx
 
 DEFAULT_WEBHOOK_TIMEOUT_S: Final = 10.0
 DEFAULT_COMMAND_TIMEOUT_S: Final = 30.0
 _STDERR_TAIL: Final = 500
+
+httpx_log: Final = logging.getLogger("httpx")  # logs each request's URL at INFO
 
 # The settings OutboxConfig.from_env reads (config.py); they stay with the targets they
 # configure, since WebhookTarget's error names the secret's.
@@ -58,28 +66,28 @@ class DeliveryTarget(Protocol):
     async def deliver(self, payload: bytes, row: Mapping[str, Any]) -> None: ...
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A webhook answer of 3xx is a failed attempt: redirects would re-send signed bodies to
-    an address the operator did not configure (and urllib turns a redirected POST into GET)."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+# A receiver's answer is read up to this many bytes so its connection can be reused; a longer
+# one is dropped unread (its connection closed), so a receiver cannot make a deliverer buffer.
+MAX_RESPONSE_BYTES: Final = 64 * 1024
 
 
-def _post(url: str, payload: bytes, headers: Mapping[str, str], timeout_s: float) -> int:
-    request = urllib.request.Request(url, data=payload, headers=dict(headers), method="POST")
-    opener = urllib.request.build_opener(_NoRedirect)
-    try:
-        with opener.open(request, timeout=timeout_s) as response:
-            status: int = response.status
-            return status
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        raise DeliveryFailed(f"HTTP {exc.code} {exc.reason}") from None
-    except urllib.error.URLError as exc:
-        # Only the endpoint: a webhook URL often carries its secret in its path or userinfo,
-        # and this text is stored on the outbox row that every reader sees.
-        raise DeliveryFailed(f"cannot reach {_endpoint(url)}: {exc.reason}") from None
+def new_http_client(*, max_connections: int) -> httpx.AsyncClient:
+    """The client a deliverer owns for its webhooks: HTTP/1.1 keep-alive across deliveries,
+    redirects never followed (a 3xx would re-send the signed body to an address the operator
+    did not configure), no cookies kept between receivers' answers, proxies and CA bundle from
+    the environment as for any HTTP client."""
+    import httpx
+
+    limits = httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=max_connections
+    )
+    return httpx.AsyncClient(
+        follow_redirects=False,
+        limits=limits,
+        headers={"User-Agent": "taskward-outbox"},
+        # A jar that accepts no domain: one answer's cookie never reaches the next delivery.
+        cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
+    )
 
 
 def _endpoint(url: str) -> str:
@@ -87,6 +95,71 @@ def _endpoint(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     port = f":{parts.port}" if parts.port else ""
     return f"{parts.scheme}://{parts.hostname or '?'}{port}"
+
+
+def _secret_parts(url: str) -> list[str]:
+    """The parts of ``url`` that may carry a credential: userinfo, path, query, fragment."""
+    parts = urllib.parse.urlsplit(url)
+    found = [parts.username, parts.password, parts.query, parts.fragment]
+    found.append(parts.path if parts.path not in ("", "/") else "")
+    return [p for p in found if p]
+
+
+def _describe(exc: Exception, url: str) -> str:
+    """An httpx error's text, or its class name alone if the text names part of ``url``."""
+    text = str(exc)
+    if not text or any(part in text for part in _secret_parts(url)):
+        return type(exc).__name__
+    return text
+
+
+class HideWebhookUrls(logging.Filter):
+    """Rewrites httpx's request log lines (logger ``httpx``, level INFO: method and URL) for
+    these URLs to their endpoint alone: a webhook URL often carries its secret. Attached by the
+    deliverer while its client is open."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        import httpx
+
+        super().__init__()
+        self._url_type = httpx.URL
+        self._endpoints = {str(httpx.URL(url)): _endpoint(url) for url in urls}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                self._endpoints.get(str(arg), arg) if isinstance(arg, self._url_type) else arg
+                for arg in record.args
+            )
+        return True
+
+
+async def _post(
+    client: httpx.AsyncClient,
+    url: str,
+    payload: bytes,
+    headers: Mapping[str, str],
+    timeout_s: float,
+) -> None:
+    """POST ``payload``; return on a 2xx, raise ``DeliveryFailed`` otherwise. The failure
+    text names the endpoint alone: it is stored on the outbox row every reader sees."""
+    import httpx
+
+    try:
+        async with client.stream(
+            "POST", url, content=payload, headers=headers, timeout=timeout_s
+        ) as response:
+            read = 0
+            async for chunk in response.aiter_raw():
+                read += len(chunk)
+                if read > MAX_RESPONSE_BYTES:
+                    break
+    except httpx.TimeoutException:
+        raise DeliveryFailed(f"no answer from {_endpoint(url)} within {timeout_s:g}s") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise DeliveryFailed(f"cannot reach {_endpoint(url)}: {_describe(exc, url)}") from None
+    if not response.is_success:  # a 3xx too: redirects are not followed
+        raise DeliveryFailed(f"HTTP {response.status_code} {response.reason_phrase}")
 
 
 def _validate_timeout(field_name: str, value: object) -> float:
@@ -101,16 +174,19 @@ def _validate_timeout(field_name: str, value: object) -> float:
 
 @dataclass(frozen=True)
 class WebhookTarget:
-    """HTTP POST of the envelope, signed with HMAC-SHA256 of the exact body bytes.
+    """HTTP POST of the envelope, signed the Standard Webhooks way (``signing``).
 
-    Any 2xx acknowledges; any other status, a redirect, a refused connection or no answer
-    within ``timeout_s`` is a failed attempt.
+    Any 2xx acknowledges; any other status, a redirect (never followed), a refused connection
+    or no answer within ``timeout_s`` is a failed attempt. ``clock`` gives the signed send
+    time (tests move it). The secret never appears in a repr, a log or an error.
     """
 
     url: str
     secret: str = field(repr=False)
     timeout_s: float = DEFAULT_WEBHOOK_TIMEOUT_S
     name: str = "webhook"
+    clock: Callable[[], float] = field(default=time.time, repr=False, compare=False)
+    _signer: Webhook = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         parts = urllib.parse.urlsplit(self.url)
@@ -122,23 +198,40 @@ class WebhookTarget:
                 "",
                 "a non-empty secret",
                 message=f"a webhook needs a signing secret ({ENV_WEBHOOK_SECRET}); "
-                "receivers verify X-Taskward-Signature with it",
+                "receivers verify webhook-signature with it",
             )
+        try:
+            signer = webhook_signer(self.secret)
+        except TaskValidationError as exc:  # the message names the setting, never the value
+            raise TaskValidationError(
+                exc.field, exc.value, exc.allowed, message=f"{ENV_WEBHOOK_SECRET}: {exc}"
+            ) from None
+        object.__setattr__(self, "_signer", signer)
         object.__setattr__(
             self, "timeout_s", _validate_timeout("webhook timeout_s", self.timeout_s)
         )
 
-    async def deliver(self, payload: bytes, row: Mapping[str, Any]) -> None:
+    async def deliver(
+        self, payload: bytes, row: Mapping[str, Any], *, client: httpx.AsyncClient | None = None
+    ) -> None:
+        """POST ``payload`` through ``client`` (the deliverer's), else through a client of
+        its own for this one request."""
         headers = {
             "Content-Type": "application/json",
-            "User-Agent": "taskward-outbox",
-            SIGNATURE_HEADER: sign_payload(self.secret, payload),
-            TIMESTAMP_HEADER: str(int(time.time())),
-            DELIVERY_HEADER: str(row["id"]),
+            **webhook_headers(self._signer, str(row["id"]), int(self.clock()), payload),
             EVENT_HEADER: str(row["kind"]),
             ATTEMPT_HEADER: str(row["attempts"]),
         }
-        await asyncio.to_thread(_post, self.url, payload, headers, self.timeout_s)
+        if client is not None:
+            await _post(client, self.url, payload, headers, self.timeout_s)
+            return
+        async with new_http_client(max_connections=1) as own:
+            own_filter = HideWebhookUrls([self.url])
+            httpx_log.addFilter(own_filter)
+            try:
+                await _post(own, self.url, payload, headers, self.timeout_s)
+            finally:
+                httpx_log.removeFilter(own_filter)
 
 
 def _kill_group(pid: int) -> None:
