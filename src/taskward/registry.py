@@ -50,7 +50,11 @@ MAX_ATTEMPTS_LIMIT: Final = 100
 
 @dataclass(frozen=True)
 class Backoff:
-    """When a retryable failure's retry is due (ADR-0072 D5): attempt ``n`` waits
+    """taskward's one backoff policy: a task's retries (the worker's default and a kind's own,
+    R18), the outbox's delivery attempts (R12) and the waits of a loop whose store is away
+    (``store.retry.outage_backoff``) are all this.
+
+    When a retryable failure's retry is due (ADR-0072 D5): attempt ``n`` waits
     ``min(cap_s, base_s * factor ** (n - 1))`` seconds, scaled by a uniform draw in
     ``[1 - jitter, 1 + jitter]``. The worker's default (``taskward worker --retry-base``) is one;
     a kind may set its own (``@taskward.task(backoff=...)``, R18), checked by ``check``.
@@ -63,8 +67,12 @@ class Backoff:
     jitter: float = 0.2
 
     def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
-        raw = min(self.cap_s, self.base_s * self.factor ** max(0, attempt - 1))
-        return raw * (1.0 + self.jitter * (2.0 * rng() - 1.0))
+        """Seconds to wait after the ``attempt``-th failure (attempt 1: about ``base_s``)."""
+        try:
+            raw = min(self.cap_s, self.base_s * self.factor ** max(0, attempt - 1))
+        except OverflowError:  # a huge attempt number: the cap
+            raw = self.cap_s
+        return max(0.0, raw * (1.0 + self.jitter * (2.0 * rng() - 1.0)))
 
     def check(self, field_name: str = "backoff") -> Backoff:
         """This backoff, if a kind may use it (R18): ``base_s > 0``, ``factor >= 1``,

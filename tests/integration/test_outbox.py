@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import logging
 import sqlite3
@@ -38,6 +39,7 @@ from taskward.errors import (
 from taskward.outbox import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_TTL_S,
+    OUTBOX_BACKOFF,
     Backoff,
     CommandTarget,
     DeliveryFailed,
@@ -312,10 +314,12 @@ def test_backoff_is_capped_and_jittered_within_bounds() -> None:
     rng = random.Random(7)
     policy = Backoff(base_s=10.0, factor=2.0, cap_s=100.0, jitter=0.2)
     for attempt, nominal in [(1, 10.0), (2, 20.0), (3, 40.0), (5, 100.0), (500, 100.0)]:
-        delays = [policy.delay_s(attempt, rng) for _ in range(200)]
+        delays = [policy.delay(attempt, rng.random) for _ in range(200)]
         assert all(0.8 * nominal <= d <= 1.2 * nominal for d in delays)
         assert len(set(delays)) > 1  # jitter spreads retries
-    assert Backoff(jitter=0.0).delay_s(1, rng) == 10.0
+    # the outbox's own: 10 s after the first failed attempt (the one Backoff of the registry)
+    assert dataclasses.replace(OUTBOX_BACKOFF, jitter=0.0).delay(1, rng.random) == 10.0
+    assert Backoff is taskward.Backoff
 
 
 async def test_dead_letter_after_completed_leaves_the_task_completed(db: StateDB) -> None:

@@ -34,7 +34,7 @@ from taskward.host.summaries import LocalSummaryStore
 from taskward.http import HttpConfig, create_app
 from taskward.runtime import WorkerConfig, WorkerRuntime
 from taskward.store.postgres.db import translate_error
-from taskward.store.retry import Backoff, retry_while_unavailable
+from taskward.store.retry import outage_backoff, retry_while_unavailable
 from taskward.store.sqlite.db import translate_error as sqlite_translate_error
 from tests.stress.conftest import Outage
 
@@ -171,7 +171,7 @@ async def test_bad_store_timeouts_in_a_url_are_validation_errors(url: str) -> No
 
 
 def test_backoff_grows_to_its_cap_with_jitter_in_the_upper_half() -> None:
-    backoff = Backoff(base_s=0.1, cap_s=1.0)
+    backoff = outage_backoff(base_s=0.1, cap_s=1.0)
     assert [backoff.delay(n, rng=lambda: 1.0) for n in (1, 2, 3, 4, 5, 9)] == pytest.approx(
         [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
     )
@@ -189,7 +189,7 @@ async def test_retry_gives_up_after_its_budget_and_passes_other_errors_at_once()
     started = time.monotonic()
     with pytest.raises(StoreUnavailable):
         await retry_while_unavailable(
-            away, what="x", backoff=Backoff(base_s=0.01, cap_s=0.02), budget_s=0.2
+            away, what="x", backoff=outage_backoff(base_s=0.01, cap_s=0.02), budget_s=0.2
         )
     assert calls >= 5 and time.monotonic() - started < 1.0
 

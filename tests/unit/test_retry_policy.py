@@ -215,3 +215,15 @@ async def test_run_callable_judges_a_sync_exit_by_its_system_exit() -> None:
     result = await run_callable(leave, {}, CancellationToken(), policy=policy)
     assert (result.status, result.retryable) == ("failed", True)
     assert result.evidence_refs[-1]["exception"] == "SystemExit"
+
+
+def test_the_store_outage_wait_is_the_one_backoff_in_the_upper_half() -> None:
+    """``outage_backoff``: a uniform draw in [c/2, c] of c = min(cap, base * factor^(n-1)),
+    expressed as the registry's one ``Backoff`` (base and cap x 3/4, jitter 1/3)."""
+    from taskward.store.retry import STORE_BACKOFF, outage_backoff
+
+    assert isinstance(STORE_BACKOFF, Backoff)
+    policy = outage_backoff(base_s=0.1, cap_s=1.0)
+    for failures, ceiling in [(1, 0.1), (2, 0.2), (4, 0.8), (5, 1.0), (10_000, 1.0)]:
+        assert policy.delay(failures, lambda: 0.0) == pytest.approx(ceiling / 2)
+        assert policy.delay(failures, lambda: 1.0) == pytest.approx(ceiling)

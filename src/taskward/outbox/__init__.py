@@ -19,7 +19,8 @@ or ``api``, ``signing`` imports no sibling):
 
 - ``signing``: the envelope every target receives and its Standard Webhooks headers.
 - ``targets`` -> ``signing``: the target protocol, ``WebhookTarget``, ``CommandTarget``.
-- ``config`` -> ``targets``: ``Backoff``, ``OutboxConfig`` and its ``from_env``.
+- ``config`` -> ``targets``: ``OUTBOX_BACKOFF`` (the registry's one ``Backoff``), ``OutboxConfig``
+  and its ``from_env``.
 - ``deliverer`` -> ``config``, ``targets``, ``signing``: ``OutboxDeliverer``, the claim and
   lease of rows, and the HTTP client its webhooks share.
 - ``api`` -> ``targets`` (its seconds validator only): enqueue and the operator's list, get,
@@ -40,10 +41,11 @@ from taskward.outbox.api import (
     purge_notifications,
     retry_notification,
 )
-from taskward.outbox.config import Backoff, OutboxConfig
+from taskward.outbox.config import OUTBOX_BACKOFF, OutboxConfig
 from taskward.outbox.deliverer import OutboxDeliverer
 from taskward.outbox.signing import envelope
 from taskward.outbox.targets import CommandTarget, DeliveryFailed, DeliveryTarget, WebhookTarget
+from taskward.registry import Backoff
 
 __all__ = [
     "DeliveryTarget",
@@ -52,6 +54,7 @@ __all__ = [
     "MAX_LIST_LIMIT",
     "OUTBOX_STATUSES",
     "Backoff",
+    "OUTBOX_BACKOFF",
     "CommandTarget",
     "DeliveryFailed",
     "OutboxConfig",

@@ -1,13 +1,13 @@
-"""What a deliverer sends where, and how often it looks: ``Backoff``, ``OutboxConfig`` and
+"""What a deliverer sends where, and how often it looks: ``OUTBOX_BACKOFF`` (the registry's one
+``Backoff``), ``OutboxConfig`` and
 the targets ``OutboxConfig.from_env`` reads from the environment."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from taskward.adapters.childenv import ENV_CHILD_ENV_PASSTHROUGH, parse_env_passthrough
@@ -25,30 +25,16 @@ from taskward.outbox.targets import (
     WebhookTarget,
     _validate_timeout,
 )
+from taskward.registry import Backoff
 
 # A delivery lease covers every target's timeout plus this slack, so a live deliverer has given
 # up on a row before any other deliverer may reclaim it.
 LEASE_SLACK_S: Final = 30.0
 
 
-@dataclass(frozen=True)
-class Backoff:
-    """Delay before attempt ``n + 1`` after failed attempt ``n``: ``base * factor^(n-1)``,
-    capped, then ±``jitter`` (a fraction) so deliverers do not retry in lockstep."""
-
-    base_s: float = 10.0
-    factor: float = 2.0
-    cap_s: float = 3600.0
-    jitter: float = 0.2
-
-    def delay_s(self, attempt: int, rng: random.Random) -> float:
-        try:
-            raw = min(self.cap_s, self.base_s * self.factor ** max(attempt - 1, 0))
-        except OverflowError:
-            raw = self.cap_s
-        if self.jitter:
-            raw *= 1 + self.jitter * (2 * rng.random() - 1)
-        return max(0.0, raw)
+# A delivery's backoff is taskward's one policy (registry.Backoff): 10 s after the first failed
+# attempt, doubling to an hour, +-20 % so deliverers do not retry in lockstep.
+OUTBOX_BACKOFF: Final = Backoff(base_s=10.0, factor=2.0, cap_s=3600.0, jitter=0.2)
 
 
 @dataclass(frozen=True)
@@ -59,7 +45,7 @@ class OutboxConfig:
     poll_interval_s: float = 1.0
     batch_size: int = 20
     concurrency: int = 4
-    backoff: Backoff = field(default_factory=Backoff)
+    backoff: Backoff = OUTBOX_BACKOFF
     lease_s: float | None = None  # None: the targets' timeouts plus LEASE_SLACK_S
 
     def __post_init__(self) -> None:

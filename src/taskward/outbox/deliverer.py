@@ -189,7 +189,9 @@ class OutboxDeliverer:
                     {
                         **lease,
                         "error": "; ".join(errors)[:_ERROR_LIMIT],
-                        "delay_s": self.config.backoff.delay_s(int(row["attempts"]), self._rng),
+                        "delay_s": self.config.backoff.delay(
+                            int(row["attempts"]), self._rng.random
+                        ),
                     },
                 )
                 outcome = "lost" if failed is None else _FAIL_OUTCOME[failed["status"]]

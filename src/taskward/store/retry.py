@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from taskward.errors import StoreUnavailable
+from taskward.registry import Backoff
 
 T = TypeVar("T")
 
@@ -34,27 +33,22 @@ log = logging.getLogger("taskward.store.retry")
 LOOP_CAP_S: Final = 5.0
 
 
-@dataclass(frozen=True)
-class Backoff:
-    """``min(cap_s, base_s * factor ** (n - 1))`` after the n-th consecutive failure, jittered
-    into its upper half so that workers that lost the store together do not retry in step."""
-
-    base_s: float = 0.05
-    cap_s: float = 2.0
-    factor: float = 2.0
-
-    def delay(self, failures: int, rng: Callable[[], float] = random.random) -> float:
-        ceiling = min(self.cap_s, self.base_s * self.factor ** max(0, failures - 1))
-        return ceiling * (0.5 + 0.5 * rng())
+def outage_backoff(base_s: float = 0.05, cap_s: float = 2.0, factor: float = 2.0) -> Backoff:
+    """The wait after the n-th consecutive failure while the store is away: a uniform draw in
+    the upper half ``[c/2, c]`` of ``c = min(cap_s, base_s * factor ** (n - 1))``, so workers
+    that lost the store together do not retry in step. It is the one ``Backoff`` (the
+    registry's) with base and cap scaled by 3/4 and a jitter of 1/3: ``0.75 c * (1 +- 1/3)``
+    spans exactly ``[c/2, c]``."""
+    return Backoff(base_s=0.75 * base_s, cap_s=0.75 * cap_s, factor=factor, jitter=1 / 3)
 
 
 # Acknowledgements, summaries and claims: back within about two seconds of the store.
-STORE_BACKOFF: Final = Backoff()
+STORE_BACKOFF: Final = outage_backoff()
 
 
 def loop_backoff(interval_s: float) -> Backoff:
     """A periodic loop's backoff: its own interval first, growing to ``LOOP_CAP_S``."""
-    return Backoff(base_s=interval_s, cap_s=max(interval_s, LOOP_CAP_S))
+    return outage_backoff(base_s=interval_s, cap_s=max(interval_s, LOOP_CAP_S))
 
 
 class Streak:
@@ -128,5 +122,6 @@ __all__ = [
     "Backoff",
     "Streak",
     "loop_backoff",
+    "outage_backoff",
     "retry_while_unavailable",
 ]

@@ -19,7 +19,7 @@ from taskward.errors import StoreError, StoreUnavailable, TaskValidationError
 from taskward.registry import TaskAdapterRegistry
 from taskward.store import StateDB, open_db
 from taskward.store.open import redact
-from taskward.store.retry import Backoff, Streak
+from taskward.store.retry import Streak, outage_backoff
 from taskward.web.config import HttpConfig
 from taskward.web.metrics import Metrics
 from taskward.web.throttle import FailureLimiter
@@ -28,7 +28,7 @@ log = logging.getLogger("taskward.http")
 
 # Between two attempts of the background opener (each attempt itself waits up to the URL's
 # open_timeout_s for a server that is away).
-OPEN_BACKOFF = Backoff(base_s=0.25, cap_s=2.0)
+OPEN_BACKOFF = outage_backoff(base_s=0.25, cap_s=2.0)
 
 
 class StoreHandle:

@@ -24,14 +24,14 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from taskward.loops import raise_if_cancelling
-from taskward.store.retry import Backoff, Streak
+from taskward.store.retry import Streak, outage_backoff
 from taskward.store.signals import CHANNELS, Signals
 
 log = logging.getLogger("taskward.store.postgres")
 
 _CHANNEL_PREFIX = "taskward_"
 
-LISTENER_BACKOFF: Final = Backoff(base_s=0.05, cap_s=2.0)
+LISTENER_BACKOFF: Final = outage_backoff(base_s=0.05, cap_s=2.0)
 
 
 def notify_sql(channels: set[str]) -> bytes:
