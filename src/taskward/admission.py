@@ -28,7 +28,12 @@ from taskward.errors import TaskIdempotencyConflict, TaskValidationError
 from taskward.ids import new_id
 from taskward.models import TaskApplication
 from taskward.registry import TaskAdapterRegistry
-from taskward.store.open import caller_transaction, is_async_connection, is_caller_connection
+from taskward.store.open import (
+    caller_transaction,
+    in_driver_thread,
+    is_async_connection,
+    is_caller_connection,
+)
 from taskward.store.port import StateDB, Tx
 
 T = TypeVar("T")
@@ -84,6 +89,17 @@ async def _submit_in(
     """R24: ``app`` admitted in the caller's transaction on ``conn`` (``admit_in``, in a
     savepoint of it: a conflict or a missing dependency undoes only admission's writes)."""
     admitted = validate_admission(app, registry, admission_source)
+    # A driver that confines its connection to a thread of its own (aiosqlite) runs the whole
+    # admission there, synchronously: every await in it is of a call already done.
+    threaded = await in_driver_thread(
+        conn, lambda raw: _completed(_admit_on(raw, admitted, admission_source))
+    )
+    if threaded is not None:
+        return threaded
+    return await _admit_on(conn, admitted, admission_source)
+
+
+async def _admit_on(conn: Any, admitted: AdmittedApplication, admission_source: str) -> str:
     async with caller_transaction(conn) as tx:
         ids = await admit_in(tx, [admitted], admission_source)
     return ids[admitted.idempotency_key]

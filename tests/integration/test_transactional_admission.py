@@ -284,7 +284,8 @@ async def test_submit_task_sync_refuses_an_async_connection(db: StateDB, db_url:
 
 def sqlalchemy_url(db_url: str, *, asynchronous: bool = False) -> str:
     if db_url.startswith("sqlite"):
-        return f"sqlite:///{sqlite_path(db_url)}"
+        driver = "sqlite+aiosqlite" if asynchronous else "sqlite"
+        return f"{driver}:///{sqlite_path(db_url)}"
     return db_url.replace("postgresql://", "postgresql+psycopg://", 1)
 
 
@@ -316,11 +317,11 @@ async def test_a_sqlalchemy_session_admits_with_its_transaction(db: StateDB, db_
 async def test_a_sqlalchemy_async_session_admits_with_its_transaction(
     db: StateDB, db_url: str
 ) -> None:
-    if db_url.startswith("sqlite"):
-        pytest.skip("SQLAlchemy's async SQLite driver (aiosqlite) is not a dependency")
     from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
-    engine = create_async_engine(sqlalchemy_url(db_url))
+    # PostgreSQL through psycopg's AsyncConnection; SQLite through aiosqlite, whose connection
+    # lives in a thread of its own (admission runs there)
+    engine = create_async_engine(sqlalchemy_url(db_url, asynchronous=True))
     try:
         async with AsyncSession(engine) as session:
             await taskward.submit_task(session, app("sa-async:rolled-back"), registry=REGISTRY)

@@ -35,6 +35,7 @@ from taskward.store.migrate import load_migrations
 from taskward.store.port import StateDB, SyncStatements, Tx
 
 T = TypeVar("T", int, float)
+R = TypeVar("R")
 
 DEFAULT_URL = "sqlite:///taskward.db"
 ENV_VAR = "TASKWARD_DATABASE_URL"
@@ -272,8 +273,8 @@ def open_db(url: str | None = None) -> _Opening:
 
 CALLER_CONNECTIONS: Final = (
     "a psycopg Connection or AsyncConnection, a sqlite3.Connection on the store's file, a "
-    "SQLAlchemy 2 Connection, Session, AsyncConnection or AsyncSession over one of them, or "
-    "Django's connection"
+    "SQLAlchemy 2 Connection, Session, AsyncConnection or AsyncSession over one of them (or "
+    "over aiosqlite), or Django's connection"
 )
 
 
@@ -322,6 +323,24 @@ async def _driver_connection(conn: Any) -> Any:
     if hasattr(conn, "get_bind") and callable(getattr(conn, "connection", None)):  # Session
         conn = conn.connection()
     return conn.connection.driver_connection  # Connection
+
+
+async def in_driver_thread(conn: Any, work: Callable[[Any], R]) -> R | None:
+    """``work(raw)`` run in the thread that owns ``conn``'s driver connection, when its driver
+    confines it to a thread of its own (``aiosqlite``, under SQLAlchemy's async SQLite: its
+    ``sqlite3.Connection`` is used only in its worker thread, through its ``_execute``); None
+    for every other connection, which the caller's own thread may use."""
+    raw = await _driver_connection(conn)
+    run_in_thread = getattr(raw, "_execute", None)
+    inner = getattr(raw, "_conn", None)
+    if not type(raw).__module__.startswith("aiosqlite") or run_in_thread is None:
+        return None
+    import sqlite3
+
+    if not isinstance(inner, sqlite3.Connection):  # pragma: no cover - another aiosqlite
+        raise TaskValidationError("connection", type(conn).__name__, CALLER_CONNECTIONS)
+    result: R = await run_in_thread(work, inner)
+    return result
 
 
 @contextlib.asynccontextmanager
