@@ -78,6 +78,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from taskward.dependencies import broken_links
 from taskward.lifecycle import EDGES, REASON_CODES, TERMINAL, Status
 from taskward.store.port import StateDB
 
@@ -387,27 +388,9 @@ async def _check_attempts(db: StateDB) -> list[Violation]:
     return found
 
 
-_DEPENDENCY_PROBLEMS: Final = {
-    "unsettled": ("dependency_unsettled", "no dependency active, or one ended otherwise"),
-    "unlinked": ("waiting_without_dependencies", "waiting with no task_dependencies row"),
-    "early": ("started_before_dependency", "claimed before dependency {} completed"),
-}
-
-
 async def _check_dependencies(db: StateDB) -> list[Violation]:
-    # R21: what the maintenance pass would settle now (at most a batch's worth named), then the
-    # links' own checks
-    rows = await db.fetchall("check_dependencies")
-    unlinked = {row["task_id"] for row in rows if row["problem"] == "unlinked"}
-    found = [
-        Violation("dependency_unsettled", row["id"], _DEPENDENCY_PROBLEMS["unsettled"][1])
-        for row in await db.fetchall("dependencies_settleable", {"limit": 10_000})
-        if row["id"] not in unlinked  # reported as waiting_without_dependencies
-    ]
-    for row in rows:
-        code, detail = _DEPENDENCY_PROBLEMS[row["problem"]]
-        found.append(Violation(code, row["task_id"], detail.format(row["dependency_id"])))
-    return found
+    """R21's three invariants (``dependencies.broken_links``)."""
+    return [Violation(*found) for found in await broken_links(db)]
 
 
 def _cites_summary(evidence: object) -> bool:

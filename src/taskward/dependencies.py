@@ -102,6 +102,31 @@ async def task_dependencies(
     }
 
 
+# R21's invariants at quiescence (``checker``): code and detail of each problem.
+_PROBLEMS: Final = {
+    "unsettled": ("dependency_unsettled", "no dependency active, or one ended otherwise"),
+    "unlinked": ("waiting_without_dependencies", "waiting with no task_dependencies row"),
+    "early": ("started_before_dependency", "claimed before dependency {} completed"),
+}
+
+
+async def broken_links(db: StateDB) -> list[tuple[str, str, str]]:
+    """R21's invariants, broken: ``(code, task id, detail)`` of each waiting task the readiness
+    rule would move now (what the maintenance pass settles, at most 10,000 named), each waiting
+    task without a link, and each task claimed before a dependency of it completed."""
+    rows = await db.fetchall("check_dependencies")
+    unlinked = {row["task_id"] for row in rows if row["problem"] == "unlinked"}
+    found = [
+        ("dependency_unsettled", row["id"], _PROBLEMS["unsettled"][1])
+        for row in await db.fetchall("dependencies_settleable", {"limit": 10_000})
+        if row["id"] not in unlinked  # reported as waiting_without_dependencies
+    ]
+    for row in rows:
+        code, detail = _PROBLEMS[row["problem"]]
+        found.append((code, row["task_id"], detail.format(row["dependency_id"])))
+    return found
+
+
 class LinkedTasks(NamedTuple):
     """A connected part of the dependency graph around a task: rows by id (as
     ``task_dependencies`` lists them), links as ``(task_id, depends_on_id)`` pairs between read
@@ -150,4 +175,11 @@ async def linked_tasks(db: StateDB, task_id: str, *, max_nodes: int = 200) -> Li
     return LinkedTasks(nodes, edges, truncated)
 
 
-__all__ = ["MAX_LISTED", "LinkedTasks", "link_admitted", "linked_tasks", "task_dependencies"]
+__all__ = [
+    "MAX_LISTED",
+    "LinkedTasks",
+    "broken_links",
+    "link_admitted",
+    "linked_tasks",
+    "task_dependencies",
+]
