@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from taskward.cursors import MAX_CURSOR_LENGTH
-from taskward.dashboard import graphviews, limitviews, views
+from taskward.dashboard import graphviews, limitviews, opsviews, views
 from taskward.dashboard.render import html, secure
 from taskward.dashboard.resultview import result_regions
 from taskward.dashboard.session import Session, new_session, session_principal
@@ -363,7 +363,7 @@ async def _can_operate(request: Request) -> bool:
 
 async def schedules_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
     rows = await list_schedules(db, include_removed=True, limit=500)
-    return views.schedules_regions(rows, can_operate=await _can_operate(request))
+    return opsviews.schedules_regions(rows, can_operate=await _can_operate(request))
 
 
 async def outbox_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
@@ -374,7 +374,7 @@ async def outbox_data(db: StateDB, services: Services, request: Request) -> dict
     rows, next_cursor = await list_notifications(
         db, status=status, limit=views.PAGE_SIZE, cursor=cursor
     )
-    return views.outbox_regions(
+    return opsviews.outbox_regions(
         rows,
         await count_notifications(db),
         next_cursor,

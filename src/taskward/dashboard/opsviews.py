@@ -1,0 +1,136 @@
+"""View models of the dashboard's operations pages: schedules and the outbox (rows -> regions,
+as ``views`` does for tasks and workers, built from its cells and tables)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from taskward.dashboard.views import (
+    Region,
+    action_cell,
+    cell,
+    fmt_time,
+    table,
+    task_href,
+)
+
+
+def _cadence(row: Mapping[str, Any]) -> str:
+    if row.get("cron_expression"):
+        return f"cron {row['cron_expression']} ({row.get('timezone') or 'UTC'})"
+    return f"every {row.get('interval_s')} s"
+
+
+def _schedule_state(row: Mapping[str, Any]) -> str:
+    if row.get("removed_at") is not None:
+        return "removed"
+    return "enabled" if row.get("enabled") else "disabled"
+
+
+SCHEDULE_COLUMNS = (
+    "name",
+    "cadence",
+    "state",
+    "next fire",
+    "last fire",
+    "fires",
+    "skips (overlap/misfire)",
+    "task",
+    "last error",
+    "",
+)
+
+
+def schedules_regions(rows: Iterable[Mapping[str, Any]], *, can_operate: bool) -> dict[str, Region]:
+    lines = []
+    for row in rows:
+        ref = quote(str(row["id"]), safe="")
+        state = _schedule_state(row)
+        actions: list[tuple[str, str]] = []
+        if can_operate and state != "removed":
+            actions.append(("fire now", f"/schedules/{ref}/fire"))
+            toggle = "disable" if state == "enabled" else "enable"
+            actions.append((toggle, f"/schedules/{ref}/{toggle}"))
+        lines.append(
+            [
+                cell(row["name"]),
+                cell(_cadence(row)),
+                cell(state, cls=f"schedule-{state}"),
+                cell(fmt_time(row.get("next_fire_at"))),
+                cell(fmt_time(row.get("last_fire_at"))),
+                cell(row.get("fire_count", 0)),
+                cell(f"{row.get('overlap_skips', 0)}/{row.get('misfire_skips', 0)}"),
+                cell(
+                    row.get("last_run_id"),
+                    href=task_href(row["last_run_id"]) if row.get("last_run_id") else None,
+                    cls="mono",
+                ),
+                cell(row.get("last_error")),
+                action_cell(actions),
+            ]
+        )
+    return {"schedules": table(SCHEDULE_COLUMNS, lines, empty="no schedules")}
+
+
+OUTBOX_COLUMNS = (
+    "notification",
+    "kind",
+    "status",
+    "attempts",
+    "task",
+    "next attempt",
+    "last error",
+    "created",
+    "",
+)
+
+
+def outbox_regions(
+    rows: Iterable[Mapping[str, Any]],
+    counts: Mapping[str, int],
+    next_cursor: str | None,
+    status: str | None,
+    *,
+    can_operate: bool,
+) -> dict[str, Region]:
+    count_rows = [
+        [
+            cell(name, href=f"/outbox?status={name}" if n else None, cls=f"outbox-{name}"),
+            cell(n),
+        ]
+        for name, n in counts.items()
+    ]
+    lines = []
+    for row in rows:
+        retryable = row["status"] in {"dead_letter", "expired"}
+        ref = quote(str(row["id"]), safe="")
+        lines.append(
+            [
+                cell(row["id"], cls="mono"),
+                cell(row.get("kind")),
+                cell(row["status"], cls=f"outbox-{row['status']}"),
+                cell(f"{row.get('attempts', 0)}/{row.get('max_attempts', '-')}"),
+                cell(
+                    row.get("schedule_run_id"),
+                    href=task_href(row["schedule_run_id"]) if row.get("schedule_run_id") else None,
+                    cls="mono",
+                ),
+                cell(fmt_time(row.get("next_attempt_at")) if row["status"] == "pending" else "-"),
+                cell(row.get("last_error")),
+                cell(fmt_time(row.get("created_at"))),
+                action_cell(
+                    [("retry", f"/outbox/{ref}/retry")] if retryable and can_operate else []
+                ),
+            ]
+        )
+    link: Region = {"kind": "link", "text": "", "href": None}
+    if next_cursor:
+        query = urlencode({k: v for k, v in (("status", status), ("cursor", next_cursor)) if v})
+        link = {"kind": "link", "text": "next page", "href": f"/outbox?{query}"}
+    return {
+        "outbox-counts": table(("status", "notifications"), count_rows, empty="-"),
+        "outbox": table(OUTBOX_COLUMNS, lines, empty="no notifications"),
+        "next": link,
+    }
