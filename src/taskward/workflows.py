@@ -202,8 +202,8 @@ class Workflow:
         steps were added). The same workflow submitted again returns the same ids.
 
         Raises:
-            TaskValidationError: an empty workflow, an invalid step (named, before anything is
-                written), an ``after`` id of a task that does not exist.
+            TaskValidationError: an empty workflow, an invalid step (named; nothing written),
+                an ``after`` id of a task that does not exist.
             TaskIdempotencyConflict: a step's key already admitted another application.
         """
         if admission_source not in ADMISSION_SOURCES:
@@ -213,10 +213,8 @@ class Workflow:
         if not self._steps:
             raise TaskValidationError("steps", 0, "at least one step")
         registry = registry if registry is not None else build_registry()
-        # Every step checked before any SQL, with placeholder ids for the steps it runs after.
-        placeholders = {name: f"step:{name}"[:64] for name in self._steps}
-        for spec in self._steps.values():
-            self._validated(spec, placeholders, registry)
+        # Each step is validated once, as its layer is admitted: an invalid step raises inside
+        # the one transaction, which rolls back every layer before it (nothing is written).
         ids: dict[str, str] = {}
         async with db.transaction(now=now) as tx:
             for layer in self._layers():
