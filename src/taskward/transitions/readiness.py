@@ -51,17 +51,15 @@ class Verdict(NamedTuple):
 
 
 def verdict(statuses: Mapping[str, str]) -> Verdict:
-    """R21's rule over ``statuses`` (dependency id -> status)."""
-    pending: list[str] = []
-    for dependency_id in sorted(statuses):
-        status = statuses[dependency_id]
-        if status in ENDED_OTHERWISE:
-            return Verdict(Status.SKIPPED.value, (dependency_id, status), [])
-        if status != Status.COMPLETED.value:
-            pending.append(dependency_id)
-    if pending:
-        return Verdict(Status.WAITING_DEPENDENCY.value, None, pending)
-    return Verdict(Status.QUEUED.value, None, [])
+    """R21's rule over ``statuses`` (dependency id -> status): ``verdict_of_counts`` of the
+    first dependency that ended otherwise and of those not completed (listed: the evidence of
+    a pending move)."""
+    failed = next(
+        ((i, statuses[i]) for i in sorted(statuses) if statuses[i] in ENDED_OTHERWISE), None
+    )
+    pending = sorted(i for i, s in statuses.items() if s != Status.COMPLETED.value)
+    found = verdict_of_counts(len(pending), failed)
+    return found._replace(pending=pending) if found.failed is None else found
 
 
 def _move(
