@@ -25,6 +25,7 @@ import argparse
 import compileall
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -140,10 +141,21 @@ def main() -> int:
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
     parser.add_argument("--json", action="store_true", help="Print the results as JSON.")
+    parser.add_argument(
+        "--no-bytecode",
+        action="store_true",
+        help="Remove src/'s compiled bytecode and run the children with PYTHONDONTWRITEBYTECODE=1 "
+        "(an editable install before scripts/ compiled it: every start compiles every module).",
+    )
     args = parser.parse_args()
     backends = [b for b in args.backends.split(",") if b]
 
-    compileall.compile_dir(str(REPO_ROOT / "src"), quiet=1)
+    if args.no_bytecode:
+        for cache in (REPO_ROOT / "src").rglob("__pycache__"):
+            shutil.rmtree(cache)
+        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"  # inherited by every child
+    else:
+        compileall.compile_dir(str(REPO_ROOT / "src"), quiet=1)
     stores = Stores(args.pg_url, None, "startup")
     results: dict[str, list[dict[str, float]]] = {b: [] for b in backends}
     floors: list[float] = []
