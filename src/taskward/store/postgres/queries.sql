@@ -1442,3 +1442,8 @@ SELECT floor((created_at - :since::double precision) / :bucket_s::double precisi
 FROM schedule_runs
 WHERE created_at >= :since::double precision
 GROUP BY 1;
+
+-- name: dash_count_by_kind_status
+-- The overview's kinds in use: rows by kind and status (read when the page is drawn, not
+-- polled).
+SELECT action_kind, status, count(*) AS n FROM schedule_runs GROUP BY action_kind, status;

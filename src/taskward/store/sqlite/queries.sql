@@ -1185,3 +1185,8 @@ SELECT CAST((created_at - :since) / :bucket_s AS INTEGER) AS bucket, count(*) AS
 FROM schedule_runs
 WHERE created_at >= :since
 GROUP BY bucket;
+
+-- name: dash_count_by_kind_status
+-- The overview's kinds in use: rows by kind and status (read when the page is drawn, not
+-- polled).
+SELECT action_kind, status, count(*) AS n FROM schedule_runs GROUP BY action_kind, status;
