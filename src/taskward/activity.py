@@ -17,11 +17,14 @@ their run time; and the queue depth of each waiting or running state at the end 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from taskward.canonical import canonical_json
 from taskward.cursors import decode_cursor, encode_cursor
 from taskward.errors import TaskValidationError
 from taskward.lifecycle import Status
@@ -222,7 +225,12 @@ def search_text(q: str | None) -> str | None:
 
 
 def _preview(row: Row) -> Row:
+    """The args' head as the list shows it: whole args in canonical JSON (one spelling on both
+    dialects), a cut head as the store wrote it, with an ellipsis."""
     head = row.pop("args_head", None) or ""
+    if len(head) <= ARGS_PREVIEW_CHARS:
+        with contextlib.suppress(ValueError):
+            head = canonical_json(json.loads(head))
     row["args_preview"] = (
         head if len(head) <= ARGS_PREVIEW_CHARS else head[:ARGS_PREVIEW_CHARS] + ELLIPSIS
     )

@@ -15,13 +15,13 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 # The drawing's coordinate space (SVG user units); the page scales it to its width.
-WIDTH: Final = 640
-HEIGHT: Final = 180
-PAD_LEFT: Final = 52
+WIDTH: Final = 520
+HEIGHT: Final = 170
+PAD_LEFT: Final = 50
 PAD_RIGHT: Final = 10
 PAD_TOP: Final = 10
 PAD_BOTTOM: Final = 24
-X_TICKS: Final = 6
+X_TICKS: Final = 5
 
 Series = tuple[str, str, Sequence[float | None]]  # (name, css class, value per bucket)
 
@@ -35,6 +35,11 @@ def nice_ceiling(value: float) -> float:
         if step * base >= value - 1e-12:
             return float(step * base)
     return float(10 * base)  # pragma: no cover
+
+
+def count_ceiling(value: float) -> float:
+    """The top of a count axis: four whole-number steps (``nice_ceiling`` of a quarter)."""
+    return 4.0 * max(1, math.ceil(nice_ceiling(value / 4)))
 
 
 def fmt_count(value: float) -> str:
@@ -99,7 +104,7 @@ def bar_chart(
     """Stacked bars, one stack per bucket (``series`` bottom first); zeros draw nothing."""
     n = len(edges)
     totals = [sum(float(s[2][i] or 0) for s in series) for i in range(n)]
-    top = nice_ceiling(max(totals, default=0.0))
+    top = count_ceiling(max(totals, default=0.0))
     frame = _frame(edges, bucket_s, top, fmt_count)
     slot, plot_h = frame["slot"], frame["plot_h"]
     bars = []
@@ -150,7 +155,7 @@ def line_chart(
     breaks the line, and a lone value is drawn as a dot."""
     n = len(edges)
     peak = max((float(v) for _, _, vs in series for v in vs if v is not None), default=0.0)
-    top = nice_ceiling(peak)
+    top = count_ceiling(peak) if fmt is fmt_count else nice_ceiling(peak)
     frame = _frame(edges, bucket_s, top, fmt)
     slot, plot_h = frame["slot"], frame["plot_h"]
     lines = []

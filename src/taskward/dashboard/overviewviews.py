@@ -161,6 +161,26 @@ def charts_region(activity: Activity) -> dict[str, Any]:
         summary=f"now: {now_depth}",
     )
     hidden = activity.kinds[MAX_CHARTED_KINDS:]
+    per = BUCKET_WORDS.get(activity.bucket_s, f"{activity.bucket_s} s")
+    every_kind = [
+        (
+            label,
+            cls,
+            [
+                sum(k.ended.get(status, [0] * activity.buckets)[i] for k in activity.kinds)
+                for i in range(activity.buckets)
+            ],
+        )
+        for status, label, cls in ENDINGS
+        if any(any(k.ended.get(status, [])) for k in activity.kinds)
+    ]
+    ended = chartviews.bar_chart(
+        f"Tasks ended per {per}, every kind",
+        edges,
+        activity.bucket_s,
+        every_kind,
+        unit=f"in the last {activity.range}",
+    )
     return {
         "kind": "charts",
         "range": activity.range,
@@ -168,6 +188,7 @@ def charts_region(activity: Activity) -> dict[str, Any]:
             {"name": r, "href": f"/?range={r}", "current": r == activity.range} for r in RANGES
         ],
         "depth": depth,
+        "ended": ended,
         "kinds": _kind_charts(activity),
         "more": f"{len(hidden)} more kinds ended tasks in this range: "
         + ", ".join(s.kind for s in hidden)
