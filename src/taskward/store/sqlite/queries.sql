@@ -1148,16 +1148,9 @@ SELECT count(*) AS n FROM (
 -- less the task's last fact into running before it; NULL for a task that never ran). The
 -- classes are activity.DURATION_BOUNDS, upper bounds in seconds; the last is "longer". Facts
 -- have no time index (issue 7 keeps their inserts lean): this scans the facts, once per
--- overview page (the charts are not polled).
-SELECT e.bucket, e.action_kind, e.status,
-  CASE WHEN e.d IS NULL THEN NULL WHEN e.d <= 0.01 THEN 0 WHEN e.d <= 0.025 THEN 1
-       WHEN e.d <= 0.05 THEN 2 WHEN e.d <= 0.1 THEN 3 WHEN e.d <= 0.25 THEN 4
-       WHEN e.d <= 0.5 THEN 5 WHEN e.d <= 1 THEN 6 WHEN e.d <= 2.5 THEN 7
-       WHEN e.d <= 5 THEN 8 WHEN e.d <= 10 THEN 9 WHEN e.d <= 30 THEN 10
-       WHEN e.d <= 60 THEN 11 WHEN e.d <= 300 THEN 12 WHEN e.d <= 900 THEN 13
-       WHEN e.d <= 3600 THEN 14 ELSE 15 END AS duration_class,
-  count(*) AS n
-FROM (
+-- overview page (the charts are not polled). The run times are
+-- materialized first: their subquery is read once a fact, not once per CASE branch.
+WITH e AS MATERIALIZED (
   SELECT CAST((f.created_at - :since) / :bucket_s AS INTEGER) AS bucket, r.action_kind,
     f.status,
     f.created_at - (SELECT max(s.created_at) FROM status_transitions s
@@ -1167,7 +1160,16 @@ FROM (
   JOIN schedule_runs r ON r.id = f.entity_id
   WHERE f.created_at >= :since AND f.created_at < :until
     AND f.status IN ('completed', 'failed', 'timed_out', 'cancelled', 'skipped')
-) e
+)
+SELECT e.bucket, e.action_kind, e.status,
+  CASE WHEN e.d IS NULL THEN NULL WHEN e.d <= 0.01 THEN 0 WHEN e.d <= 0.025 THEN 1
+       WHEN e.d <= 0.05 THEN 2 WHEN e.d <= 0.1 THEN 3 WHEN e.d <= 0.25 THEN 4
+       WHEN e.d <= 0.5 THEN 5 WHEN e.d <= 1 THEN 6 WHEN e.d <= 2.5 THEN 7
+       WHEN e.d <= 5 THEN 8 WHEN e.d <= 10 THEN 9 WHEN e.d <= 30 THEN 10
+       WHEN e.d <= 60 THEN 11 WHEN e.d <= 300 THEN 12 WHEN e.d <= 900 THEN 13
+       WHEN e.d <= 3600 THEN 14 ELSE 15 END AS duration_class,
+  count(*) AS n
+FROM e
 GROUP BY e.bucket, e.action_kind, e.status, duration_class;
 
 -- name: dash_fact_flows
