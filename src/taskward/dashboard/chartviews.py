@@ -155,7 +155,7 @@ def line_chart(
     breaks the line, and a lone value is drawn as a dot."""
     n = len(edges)
     peak = max((float(v) for _, _, vs in series for v in vs if v is not None), default=0.0)
-    top = count_ceiling(peak) if fmt is fmt_count else nice_ceiling(peak)
+    top = count_ceiling(peak) if fmt is fmt_count else 4 * nice_ceiling(peak / 4)
     frame = _frame(edges, bucket_s, top, fmt)
     slot, plot_h = frame["slot"], frame["plot_h"]
     lines = []
