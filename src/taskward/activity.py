@@ -247,10 +247,12 @@ async def search_tasks(
     limit: int = 50,
     cursor: str | None = None,
     newer: str | None = None,
+    with_total: bool = True,
 ) -> TaskPage:
     """A page of tasks newest first, filtered and searched (``q``: a substring of the id, key,
     kind, args without ``env``, error or reason; case-insensitive). ``cursor`` pages to older
-    rows, ``newer`` (a page's ``newer_cursor``) back to newer ones; not both."""
+    rows, ``newer`` (a page's ``newer_cursor``) back to newer ones; not both. Without
+    ``with_total`` the page's ``total`` is the rows shown (no count is read)."""
     if status is not None and status not in {s.value for s in Status}:
         raise TaskValidationError("status", status, [s.value for s in Status])
     if not 1 <= limit <= MAX_PAGE:
@@ -281,8 +283,10 @@ async def search_tasks(
         older = len(rows) > limit
         rows = rows[:limit]
         more_newer = cursor is not None and bool(rows)
-    counted = await db.fetchone("dash_task_count", {**filters, "cap": COUNT_CAP})
-    total = int(counted["n"]) if counted else 0
+    total = len(rows)
+    if with_total:
+        counted = await db.fetchone("dash_task_count", {**filters, "cap": COUNT_CAP})
+        total = int(counted["n"]) if counted else 0
     return TaskPage(
         rows=[_preview(r) for r in rows],
         next_cursor=encode_cursor(rows[-1]) if older and rows else None,

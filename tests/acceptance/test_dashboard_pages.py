@@ -127,6 +127,11 @@ async def test_search_filters_and_both_page_links_live_in_the_url(
     ] == [needle]
     assert listed["count"]["text"] == "1 task match"
     assert 'value="invoice-zq47"' in page.text
+    assert "data-poll=" not in page.text  # a search is read once, not rescanned every poll
+    assert (
+        'data-poll="/ui/data/tasks?status=failed"'
+        in (await client.get("/tasks?status=failed")).text
+    )
     first = (await client.get("/ui/data/tasks")).json()["regions"]
     assert first["count"]["text"] == f"{len(made) + 1} tasks \u00b7 {views.PAGE_SIZE} shown"
     assert first["newer"]["href"] is None

@@ -48,7 +48,7 @@ RECENT = 15
 
 async def overview_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
     pairs = await count_by_status_and_target(db)
-    recent = await search_tasks(db, limit=RECENT)
+    recent = await search_tasks(db, limit=RECENT, with_total=False)
     workers = await pages.workers_of(db, services, 50)
     return overviewviews.overview_regions(pairs, recent.rows, workers, await db.now())
 
@@ -128,17 +128,20 @@ def _query_suffix(request: Request) -> str:
 @router.get("/tasks")
 async def tasks_page(request: Request) -> Response:
     q = request.query_params
+    # A search's page is not polled: each poll would scan the rows again.
+    searching = bool((q.get("q") or "").strip())
     return await pages.render_page(
         request,
         "tasks.html",
         tasks_data,
-        "/ui/data/tasks" + _query_suffix(request),
+        "" if searching else "/ui/data/tasks" + _query_suffix(request),
         statuses=[s.value for s in Status],
         targets=views.TARGETS,
         selected={name: q.get(name) or "" for name in FILTERS},
         list_href=request.url.path + _query_suffix(request),
         bulk_key=f"ui:bulk:{uuid.uuid4()}",
         flash=listviews.flash_text(q),
+        searching=searching,
     )
 
 
