@@ -102,10 +102,6 @@ def stacked(*lines: Any) -> Text:
 
 def cell(value: Any, *, style: str = "") -> Text:
     """A table cell: ``-`` (dim) for nothing, else the value as plain text (never markup)."""
-    return _cell(value, style=style)
-
-
-def _cell(value: Any, *, style: str = "") -> Text:
     from rich.text import Text
 
     if value is None or value == "":
@@ -215,12 +211,12 @@ class Output:
             for row in rows:
                 cells = [
                     stacked(row.get("id"), task_reason(row)),
-                    _cell(row.get("status")),
-                    _cell(row.get("action_kind")),
+                    cell(row.get("status")),
+                    cell(row.get("action_kind")),
                 ]
                 if with_target:
-                    cells.append(_cell(row.get("execution_target")))
-                cells += [_cell(attempts_text(row)), _cell(age(row.get("created_at"), now))]
+                    cells.append(cell(row.get("execution_target")))
+                cells += [cell(attempts_text(row)), cell(age(row.get("created_at"), now))]
                 table.add_row(*cells)
             self.out.print(table, width=self.width)
         if next_cursor:
@@ -253,10 +249,10 @@ class Output:
                 (
                     float(fact.get("created_at") or 0),
                     (
-                        _cell(when(fact.get("created_at"))),
-                        _cell(f"{previous} -> {fact.get('status')}"),
-                        _cell(fact.get("reason_code")),
-                        _cell(summary),
+                        cell(when(fact.get("created_at"))),
+                        cell(f"{previous} -> {fact.get('status')}"),
+                        cell(fact.get("reason_code")),
+                        cell(summary),
                     ),
                 )
             )
@@ -266,10 +262,10 @@ class Output:
                 (
                     float(cancel.get("created_at") or 0),
                     (
-                        _cell(when(cancel.get("created_at"))),
-                        _cell("cancel requested", style="yellow"),
-                        _cell("cancel_requested"),
-                        _cell(f"{reason} (by {cancel.get('actor') or '-'})"),
+                        cell(when(cancel.get("created_at"))),
+                        cell("cancel requested", style="yellow"),
+                        cell("cancel_requested"),
+                        cell(f"{reason} (by {cancel.get('actor') or '-'})"),
                     ),
                 )
             )
