@@ -27,7 +27,7 @@ import uvicorn
 
 from taskward import AdapterConfig, StateDB, TaskAdapterRegistry
 from taskward.cli.common import CliState, pass_state, registry_for, run_worker_loop
-from taskward.http import HttpConfig, Metrics, create_app
+from taskward.http import HttpConfig, TaskMetrics, create_app
 from taskward.models import EXECUTION_TARGETS
 from taskward.runtime import WorkerConfig, WorkerRuntime
 from taskward.store.open import redact
@@ -202,7 +202,7 @@ async def _serve(
     example_allowed: bool,
     unfenced: tuple[str, ...],
 ) -> int:
-    metrics = Metrics()
+    metrics = TaskMetrics()  # one registry for the service and its worker (docs/operations.md)
     app = create_app(store, registry, http_config, metrics=metrics)
     server = _Server(
         uvicorn.Config(
@@ -224,7 +224,7 @@ async def _serve(
         """The worker half of ``up``: it starts once the store is open."""
         nonlocal runtime
         db = await asyncio.shield(opening)  # raises a permanent store error
-        runtime = WorkerRuntime(db, registry, config, on_event=metrics.worker_event)
+        runtime = WorkerRuntime(db, registry, config, metrics=metrics)
         return await runtime.run()
 
     def on_signal() -> None:

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from taskward.errors import StoreError, StoreUnavailable, TaskValidationError
+from taskward.metrics import TaskMetrics
 from taskward.registry import TaskAdapterRegistry
 from taskward.store import StateDB, open_db
 from taskward.store.open import redact
 from taskward.store.retry import Streak, outage_backoff
 from taskward.web.config import HttpConfig
-from taskward.web.metrics import Metrics
 from taskward.web.throttle import FailureLimiter
 
 log = logging.getLogger("taskward.http")
@@ -44,6 +44,20 @@ class StoreHandle:
         self._lock = asyncio.Lock()
         self._opener: asyncio.Task[StateDB] | None = None
         self._away: str | None = None  # why the background opener's last attempt failed
+        self._metrics: TaskMetrics | None = None
+
+    def attach_metrics(self, metrics: TaskMetrics) -> None:
+        """Record this process's metrics through the store (``StateDB.metrics``) once it is
+        open, unless the store already records into another (a worker runtime's in the same
+        process: ``/metrics`` then shows both)."""
+        self._metrics = metrics
+        if self._db is not None:
+            self._adopt(self._db)
+
+    def _adopt(self, db: StateDB) -> StateDB:
+        if self._metrics is not None and getattr(db, "metrics", None) is None:
+            db.metrics = self._metrics
+        return db
 
     @property
     def description(self) -> str:
@@ -70,7 +84,7 @@ class StoreHandle:
                 await asyncio.sleep(streak.failed(exc))
                 continue
             streak.succeeded()
-            self._db, self._away = db, None
+            self._db, self._away = self._adopt(db), None
         return self._db
 
     async def get(self) -> StateDB:
@@ -85,7 +99,7 @@ class StoreHandle:
         async with self._lock:
             if self._db is None:
                 try:
-                    self._db = await open_db(self._url)
+                    self._db = self._adopt(await open_db(self._url))
                 except StoreError:
                     raise
                 except TaskValidationError as exc:  # a bad URL is the operator's, not the caller's
@@ -110,7 +124,7 @@ class Services:
     store: StoreHandle
     registry: TaskAdapterRegistry
     config: HttpConfig
-    metrics: Metrics
+    metrics: TaskMetrics  # this process's (taskward.metrics), also the store's when it had none
     # Failed authentications per client, shared by the API and the dashboard login.
     auth_limiter: FailureLimiter = field(init=False)
 
