@@ -871,9 +871,13 @@ async def test_the_outbox_lists_notifications_and_retries_dead_letters(
     retried = await admin.post(f"/api/outbox/{notification['id']}/retry")
     assert retried.status_code == 200 and retried.json()["status"] == "pending"
     assert (await taskward.get_task(db, task_id))["status"] == "cancelled"
-    metrics = (await admin.get("/metrics")).text
-    assert 'taskward_outbox_notifications{status="pending"} 1\n' in metrics
-    assert 'taskward_schedules{state="all"} 0\n' in metrics
+    samples, _ = parse((await admin.get("/metrics")).text)
+    assert value(samples, "taskward_outbox_notifications", status="pending") == 1
+    assert value(samples, "taskward_schedules", state="all") == 0
+    # The deliverer ran in this process, on the app's store: its outcomes are on this page.
+    deliveries = "taskward_outbox_deliveries_total"
+    assert value(samples, deliveries, outcome="failed") == DEFAULT_MAX_ATTEMPTS - 1
+    assert value(samples, deliveries, outcome="dead_letter") == 1
 
 
 async def test_schedules_and_outbox_panels_render_and_operate(

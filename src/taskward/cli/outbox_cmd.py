@@ -19,10 +19,14 @@ from taskward.outbox import (
     DEFAULT_TTL_S,
     MAX_LIST_LIMIT,
     OUTBOX_STATUSES,
+    count_notifications,
     list_notifications,
+    no_target_notice,
     purge_notifications,
     retry_notification,
+    targets_configured,
 )
+from taskward.store.port import Row, StateDB
 
 DEFAULT_LIST_LIMIT = 20
 
@@ -33,8 +37,22 @@ def _cell(value: Any) -> Text:
     return Text(str(value))
 
 
-def _render(state: CliState, rows: Sequence[Mapping[str, Any]], next_cursor: str | None) -> None:
+def _status(row: Mapping[str, Any]) -> str:
+    """A row that expired without ever being sent (no target) says so: nothing failed."""
+    if row["status"] == "expired" and not row["attempts"]:
+        return "expired (never sent)"
+    return str(row["status"])
+
+
+def _render(
+    state: CliState,
+    rows: Sequence[Mapping[str, Any]],
+    next_cursor: str | None,
+    notice: str | None = None,
+) -> None:
     out = state.output
+    if notice:
+        out.line(notice)
     if not rows:
         out.line("no notifications")
     else:
@@ -52,7 +70,7 @@ def _render(state: CliState, rows: Sequence[Mapping[str, Any]], next_cursor: str
                 when = None
             table.add_row(
                 _cell(row["id"]),
-                _cell(row["status"]),
+                _cell(_status(row)),
                 _cell(row["kind"]),
                 _cell(row["schedule_run_id"]),
                 _cell(f"{row['attempts']}/{row['max_attempts']}"),
@@ -85,17 +103,23 @@ def outbox() -> None:
 def outbox_list(
     state: CliState, status: str | None, task_id: str | None, limit: int, cursor: str | None
 ) -> None:
-    """List notifications, newest first."""
-    rows, next_cursor = with_db(
-        state.db_url,
-        lambda db: list_notifications(
+    """List notifications, newest first.
+
+    When this environment names no delivery target and no notification was ever attempted, a
+    first line says so: how many are held, and what to set to deliver them."""
+
+    async def read(db: StateDB) -> tuple[list[Row], str | None, str | None]:
+        rows, next_cursor = await list_notifications(
             db, status=status, task_id=task_id, limit=limit, cursor=cursor
-        ),
-    )
+        )
+        counts = await count_notifications(db)
+        return rows, next_cursor, no_target_notice(counts, configured=targets_configured())
+
+    rows, next_cursor, notice = with_db(state.db_url, read)
     if state.output.is_json:
-        state.output.json({"notifications": rows, "next_cursor": next_cursor})
+        state.output.json({"notifications": rows, "next_cursor": next_cursor, "notice": notice})
     else:
-        _render(state, rows, next_cursor)
+        _render(state, rows, next_cursor, notice)
 
 
 @outbox.command("retry")

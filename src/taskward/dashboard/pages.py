@@ -22,7 +22,12 @@ from taskward.dependencies import task_dependencies
 from taskward.errors import StoreError, TaskNotFound, TaskValidationError
 from taskward.lifecycle import Status, is_terminal
 from taskward.limits import list_limits
-from taskward.outbox import count_notifications, list_notifications
+from taskward.outbox import (
+    count_notifications,
+    list_notifications,
+    no_target_notice,
+    targets_configured,
+)
 from taskward.placement import placement_reason
 from taskward.reads import (
     count_by_status_and_target,
@@ -374,12 +379,14 @@ async def outbox_data(db: StateDB, services: Services, request: Request) -> dict
     rows, next_cursor = await list_notifications(
         db, status=status, limit=views.PAGE_SIZE, cursor=cursor
     )
+    counts = await count_notifications(db)
     return opsviews.outbox_regions(
         rows,
-        await count_notifications(db),
+        counts,
         next_cursor,
         status,
         can_operate=await _can_operate(request),
+        notice=no_target_notice(counts, configured=targets_configured()),
     )
 
 
