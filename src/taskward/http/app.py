@@ -66,7 +66,10 @@ def kind_argument_schemas(registry: TaskAdapterRegistry) -> dict[str, Any]:
 
 def _store_metrics(db: object) -> TaskMetrics | None:
     """The metrics an open store already records into (a worker runtime's in this process)."""
-    metrics = getattr(db, "metrics", None)
+    try:
+        metrics = getattr(db, "metrics", None)
+    except Exception:  # a proxy whose store opens later (contrib.fastapi)
+        return None
     return metrics if isinstance(metrics, TaskMetrics) else None
 
 

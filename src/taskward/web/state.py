@@ -45,17 +45,26 @@ class StoreHandle:
         self._opener: asyncio.Task[StateDB] | None = None
         self._away: str | None = None  # why the background opener's last attempt failed
         self._metrics: TaskMetrics | None = None
+        self._adopting = False  # metrics attached, not yet set on the store
 
     def attach_metrics(self, metrics: TaskMetrics) -> None:
         """Record this process's metrics through the store (``StateDB.metrics``) once it is
         open, unless the store already records into another (a worker runtime's in the same
         process: ``/metrics`` then shows both)."""
         self._metrics = metrics
+        self._adopting = True
         if self._db is not None:
             self._adopt(self._db)
 
     def _adopt(self, db: StateDB) -> StateDB:
-        if self._metrics is not None and getattr(db, "metrics", None) is None:
+        if not self._adopting:
+            return db
+        try:
+            current = db.metrics
+        except Exception:  # a proxy whose store is not open yet (contrib.fastapi): at next use
+            return db
+        self._adopting = False
+        if current is None:
             db.metrics = self._metrics
         return db
 
@@ -90,7 +99,7 @@ class StoreHandle:
     async def get(self) -> StateDB:
         """The open store. Raises StoreUnavailable while it cannot be opened."""
         if self._db is not None:
-            return self._db
+            return self._adopt(self._db) if self._adopting else self._db
         if self._opener is not None:
             if self._opener.done() and not self._opener.cancelled() and self._opener.exception():
                 raise StoreError(f"the store cannot be opened: {self._opener.exception()}")
