@@ -21,7 +21,9 @@ from another thread (``exposition.MetricsServer``) copies each series in one C-l
 it never sees a half-written value, though a histogram's ``_sum`` may miss an observation its
 buckets already count.
 
-Imports nothing of taskward and no web stack; exposition is ``prometheus_client``'s own
+Imports nothing of taskward, no web stack, and prometheus-client only at the first scrape (a
+worker without ``--metrics-port``, every CLI command, never loads it); exposition is
+``prometheus_client``'s own
 (``taskward.exposition``: the service's ``/metrics`` and a worker's ``--metrics-port``).
 """
 
@@ -29,10 +31,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final, cast
 
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+if TYPE_CHECKING:  # imported at the first scrape: a process that serves none never loads it
+    from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+    from prometheus_client.registry import Collector, CollectorRegistry
 
 # Queue wait (queued -> running): from milliseconds on an idle worker to an hour of backlog.
 QUEUE_WAIT_BUCKETS_S: Final[tuple[float, ...]] = (
@@ -65,6 +68,8 @@ class _Counter:
         self.values[labels] = self.values.get(labels, 0.0) + amount
 
     def family(self) -> CounterMetricFamily:
+        from prometheus_client.core import CounterMetricFamily
+
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for labels, value in list(self.values.items()):
             family.add_metric(labels, value)
@@ -104,6 +109,8 @@ class _Histogram:
         return series
 
     def family(self) -> HistogramMetricFamily:
+        from prometheus_client.core import HistogramMetricFamily
+
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for labels, series in list(self.series.items()):
             counts, running = list(series.counts), 0
@@ -115,9 +122,9 @@ class _Histogram:
         return family
 
 
-class TaskMetrics(Collector):
+class TaskMetrics:
     """One process's counters and histograms (see the module docstring); ``registry`` is what
-    an exposition collects (it holds this collector alone)."""
+    an exposition collects (it holds this collector alone, and is made at first use)."""
 
     def __init__(self) -> None:
         self.admissions = _Counter(
@@ -181,8 +188,18 @@ class TaskMetrics(Collector):
             self.outbox_deliveries,
             self.http_admissions,
         )
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)
+        self._registry: CollectorRegistry | None = None
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """A ``CollectorRegistry`` of this process's own holding this collector."""
+        if self._registry is None:
+            from prometheus_client.registry import CollectorRegistry
+
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(cast("Collector", self))  # a collector: it has collect()
+            self._registry = registry
+        return self._registry
 
     def collect(self) -> Iterator[Metric]:
         for family in self._families:
