@@ -130,3 +130,53 @@ def test_a_metrics_port_in_use_is_refused_by_name(db_url: str) -> None:
     assert done.returncode != 0
     assert f"--metrics-port {port} on 127.0.0.1" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def free_port_pair() -> int:
+    """A port P with P and P+1 free now (bound and released; a clash later fails the test)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            if port >= 65535:
+                continue
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+                return int(port)
+    raise AssertionError("no two consecutive free ports")
+
+
+@pytest.mark.slow
+async def test_each_supervised_child_serves_its_own_port(db: StateDB, db_url: str) -> None:
+    for _ in range(4):
+        await submit(db, "noop")
+    port = free_port_pair()
+    argv = worker_argv(db_url, "--processes", "2", "--metrics-port", str(port))
+    with workers([argv]) as [proc]:
+
+        async def done() -> bool:
+            return (await taskward.reads.count_by_status(db))["completed"] == 4
+
+        await wait_until(done, timeout=60, what="four completions")
+        claims = 0.0
+        async with httpx.AsyncClient(timeout=10) as http:
+            for child_port in (port, port + 1):
+                deadline = time.monotonic() + 60
+                while True:  # a child listens once it started: wait for it
+                    try:
+                        r = await http.get(f"http://127.0.0.1:{child_port}/metrics")
+                        break
+                    except httpx.TransportError:
+                        assert time.monotonic() < deadline, f"nothing on {child_port}"
+                        await asyncio.sleep(0.1)
+                samples, _ = parse(r.text)
+                assert value(samples, "taskward_queue_depth", status="completed") is not None
+                claims += value(samples, "taskward_task_claims_total", kind="noop") or 0.0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    assert claims == 4  # each child counted its own claims; together, every task once
