@@ -15,7 +15,7 @@ numbers -- a dict entry per label values, a bucket found by ``bisect`` -- and ``
 scrape, turns them into prometheus-client's metric families (``CounterMetricFamily``,
 ``HistogramMetricFamily``), so no text is formatted here. prometheus-client's own ``Counter``
 and ``Histogram`` cost four times as much a task (locks, checks and a linear bucket scan a
-call: +2.6 % instructions a task on the SQLite drain against +0.6 % for these). Known limit:
+call: +2.6 % instructions a task on the SQLite drain against +0.98 % for these). Known limit:
 recordings come from one thread, the event loop's (every recording site runs on it); a scrape
 from another thread (``exposition.MetricsServer``) copies each series in one C-level step, so
 it never sees a half-written value, though a histogram's ``_sum`` may miss an observation its
