@@ -157,15 +157,24 @@ async def admit_task(
     """
     admitted = validate_admission(app, registry, admission_source)
     if admitted.depends_on:
-        return await _admit_with_dependencies(db, admitted, admission_source, schedule_id, now)
+        admission = await _admit_with_dependencies(db, admitted, admission_source, schedule_id, now)
+        if db.metrics is not None:
+            db.metrics.admitted(admitted.action_kind, created=admission.created)
+        return admission
     # One statement, its own transaction (R8): INSERT ... ON CONFLICT DO NOTHING. Only when it
     # inserted nothing is the existing row read and its hash compared.
     params = insert_params(admitted, admission_source, schedule_id, now)
     if await db.execute("run_insert_if_new", params):
         db.wake("queued")
-        return Admission(task_id=params["id"], created=True)
-    existing = await db.fetchone("run_get_by_key", {"idempotency_key": admitted.idempotency_key})
-    return replayed_admission(admitted, existing)
+        admission = Admission(task_id=params["id"], created=True)
+    else:
+        existing = await db.fetchone(
+            "run_get_by_key", {"idempotency_key": admitted.idempotency_key}
+        )
+        admission = replayed_admission(admitted, existing)
+    if db.metrics is not None:  # after the commit: the one place admissions are counted
+        db.metrics.admitted(admitted.action_kind, created=admission.created)
+    return admission
 
 
 async def _admit_with_dependencies(
@@ -294,13 +303,31 @@ async def submit_tasks(
                 message=f"idempotency_key {item.idempotency_key!r} names two different "
                 "applications in this call",
             )
+    unique = list(by_key.values())
+    created: set[str] = set()
     async with db.transaction(now=now) as tx:
-        ids = await admit_in(tx, list(by_key.values()), admission_source)
+        ids = await admit_in(tx, unique, admission_source, created=created)
+    count_admissions(db, unique, ids, created)
     return [ids[a.idempotency_key] for a in admitted]
 
 
+def count_admissions(
+    db: StateDB, unique: Sequence[AdmittedApplication], ids: dict[str, str], created: set[str]
+) -> None:
+    """Count ``admit_in``'s admissions in this process's metrics, once its transaction
+    committed (``created``: the ids it inserted)."""
+    metrics = db.metrics
+    if metrics is not None:
+        for item in unique:
+            metrics.admitted(item.action_kind, created=ids[item.idempotency_key] in created)
+
+
 async def admit_in(
-    tx: Tx, unique: Sequence[AdmittedApplication], admission_source: str
+    tx: Tx,
+    unique: Sequence[AdmittedApplication],
+    admission_source: str,
+    *,
+    created: set[str] | None = None,
 ) -> dict[str, str]:
     """Admit validated applications with distinct keys inside the open transaction ``tx``:
     one set-based insert, a replay check for each key that was taken, and R21's links for the
@@ -341,6 +368,8 @@ async def admit_in(
         for a in unique
         if a.depends_on and ids[a.idempotency_key] in new_ids
     ]
+    if created is not None:  # the caller counts them once its transaction committed
+        created.update(new_ids)
     if links:  # R21: the new rows with dependencies, linked and moved in this transaction
         await link_admitted(tx, links)
     if inserted:

@@ -48,6 +48,7 @@ from taskward.maintenance import (
     LeaseReaper,
     Maintenance,
 )
+from taskward.metrics import TaskMetrics
 from taskward.outbox import OutboxConfig, OutboxDeliverer
 from taskward.registry import TaskAdapterRegistry
 from taskward.schedules import Scheduler
@@ -107,8 +108,15 @@ class WorkerRuntime:
         config: WorkerConfig,
         *,
         on_event: Callable[[str, Task, dict[str, Any]], None] | None = None,
+        metrics: TaskMetrics | None = None,
     ) -> None:
         self.db = db
+        # This process's metrics (taskward.metrics), recorded through the store by the source,
+        # the reaper, the deliverer and admission: ``metrics``, else the store's (a process
+        # that already set one, e.g. ``taskward up``'s app), else a new registry of its own.
+        if metrics is None:
+            metrics = db.metrics if db.metrics is not None else TaskMetrics()
+        db.metrics = self.metrics = metrics
         self.registry = registry
         self.config = config
         self.spec = WorkerSpec(

@@ -111,10 +111,24 @@ class WorkerIds:
         return worker_id
 
 
-def child_argv(base_argv: Sequence[str], worker_id: str) -> list[str]:
-    """A child's argv: ``base_argv`` (the ``worker`` command line without ``--processes`` and
-    ``--worker-id``) with its own ``--worker-id``; never run through a shell."""
-    return [*base_argv, "--worker-id", worker_id]
+def child_argv(
+    base_argv: Sequence[str], worker_id: str, *, metrics_port: int | None = None
+) -> list[str]:
+    """A child's argv: ``base_argv`` (the ``worker`` command line without ``--processes``,
+    ``--worker-id`` and ``--metrics-port``) with its own ``--worker-id`` and, when metrics are
+    served, its own ``--metrics-port``; never run through a shell."""
+    argv = [*base_argv, "--worker-id", worker_id]
+    if metrics_port is not None:
+        argv += ["--metrics-port", str(metrics_port)]
+    return argv
+
+
+def metrics_port_of(first_port: int | None, slot: int) -> int | None:
+    """The metrics port of child ``slot`` (1..N): ``first_port + slot - 1``, the same across
+    its restarts. Each child serves its own process's metrics (prometheus-client's
+    multiprocess mode, which shares files between processes, is not used): scrape every port
+    and sum, as for workers on several machines."""
+    return None if first_port is None else first_port + slot - 1
 
 
 def describe_exit(returncode: int) -> str:
@@ -156,6 +170,7 @@ class Supervisor:
         processes: int,
         *,
         worker_id_prefix: str | None = None,
+        metrics_port: int | None = None,
         env: Mapping[str, str] | None = None,
         backoff: Callable[[], RestartBackoff] = RestartBackoff,
         log: Callable[[str], None] = _stderr_line,
@@ -166,6 +181,7 @@ class Supervisor:
         self.processes = processes
         self.env = dict(os.environ if env is None else env)
         self.ids = WorkerIds(worker_id_prefix)
+        self.metrics_port = metrics_port
         self._backoff = backoff
         self.log = log
         self.signals: list[signal.Signals] = []
@@ -218,7 +234,9 @@ class Supervisor:
 
     async def _start(self, slot: int) -> _Child | None:
         worker_id = self.ids.next()
-        argv = child_argv(self.base_argv, worker_id)
+        argv = child_argv(
+            self.base_argv, worker_id, metrics_port=metrics_port_of(self.metrics_port, slot)
+        )
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv, env=self.env, stdin=asyncio.subprocess.DEVNULL, process_group=0
@@ -291,12 +309,18 @@ class Supervisor:
 
 
 def run_supervisor(
-    base_argv: Sequence[str], processes: int, *, worker_id_prefix: str | None = None
+    base_argv: Sequence[str],
+    processes: int,
+    *,
+    worker_id_prefix: str | None = None,
+    metrics_port: int | None = None,
 ) -> int:
     """The sync edge: run a ``Supervisor`` with its signal handlers; returns the exit code."""
 
     async def main() -> int:
-        supervisor = Supervisor(base_argv, processes, worker_id_prefix=worker_id_prefix)
+        supervisor = Supervisor(
+            base_argv, processes, worker_id_prefix=worker_id_prefix, metrics_port=metrics_port
+        )
         supervisor.install_signal_handlers()
         return await supervisor.run()
 

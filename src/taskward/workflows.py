@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from taskward.adapters import build_registry
-from taskward.admission import ADMISSION_SOURCES, MAX_BULK, admit_in
+from taskward.admission import ADMISSION_SOURCES, MAX_BULK, admit_in, count_admissions
 from taskward.applications import AdmittedApplication, validate_application
 from taskward.errors import TaskValidationError
 from taskward.models import MAX_KEY_LENGTH, TaskApplication, check_key
@@ -216,12 +216,18 @@ class Workflow:
         # Each step is validated once, as its layer is admitted: an invalid step raises inside
         # the one transaction, which rolls back every layer before it (nothing is written).
         ids: dict[str, str] = {}
+        created: set[str] = set()
+        steps: list[AdmittedApplication] = []
+        keys: dict[str, str] = {}
         async with db.transaction(now=now) as tx:
             for layer in self._layers():
                 admitted = [self._validated(spec, ids, registry) for spec in layer]
-                by_key = await admit_in(tx, admitted, admission_source)
+                by_key = await admit_in(tx, admitted, admission_source, created=created)
                 for spec, item in zip(layer, admitted, strict=True):
                     ids[spec.name] = by_key[item.idempotency_key]
+                steps += admitted
+                keys.update(by_key)
+        count_admissions(db, steps, keys, created)
         return {name: ids[name] for name in self._steps}
 
 

@@ -355,12 +355,14 @@ def test_the_console_script_imports_task_modules_from_the_working_directory(
 
 
 def test_the_cli_and_its_worker_start_without_the_commands_they_do_not_run() -> None:
-    """``schedule``, ``outbox``, ``serve`` and rich's tables load when used, not
-    with the CLI: every worker (and every one-line command) starts without them."""
+    """``schedule``, ``outbox``, ``serve``, rich's tables and prometheus-client (a worker's
+    ``--metrics-port``) load when used, not with the CLI: every worker (and every one-line
+    command) starts without them."""
     probe = (
-        "import sys, taskward.cli.main, taskward.cli.worker_cmd\n"
+        "import sys, taskward.cli.main, taskward.cli.worker_cmd, taskward.runtime\n"
         "heavy = ['rich', 'statistics', 'taskward.cli.schedule_cmd', 'taskward.cli.outbox_cmd',\n"
-        "         'taskward.cli.serve_cmd', 'starlette', 'uvicorn']\n"
+        "         'taskward.cli.serve_cmd', 'starlette', 'uvicorn', 'prometheus_client',\n"
+        "         'taskward.exposition']\n"
         "print([name for name in heavy if name in sys.modules])\n"
     )
     loaded = subprocess.run(

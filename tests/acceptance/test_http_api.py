@@ -32,6 +32,7 @@ from taskward.outbox import DEFAULT_MAX_ATTEMPTS, DeliveryFailed, OutboxConfig, 
 from taskward.reads import count_by_status
 from taskward.store import StateDB
 from taskward.web.config import ApiToken, parse_tokens
+from tests.scrape import parse, value
 
 PROBLEM = "application/problem+json"
 GENERATED = re.compile(r"^http:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -479,34 +480,52 @@ async def test_metrics_are_prometheus_text_from_the_store(
     task_id = (await client.post("/api/tasks", json=ECHO)).json()["task_id"]
     await client.post("/api/tasks", json={**ECHO, "execution_target": "daytona"})
     await client.post("/api/tasks", json={"action_kind": "nope"})
+    await client.post("/api/tasks", json=ECHO, headers={"Idempotency-Key": "k1"})
+    await client.post("/api/tasks", json=ECHO, headers={"Idempotency-Key": "k1"})
     await client.post(f"/api/tasks/{task_id}/cancel")
     await taskward.register_heartbeat(db, worker_id="w1")
     r = await client.get("/metrics")
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
-    text = r.text
+    samples, types = parse(r.text)
     for family, kind in [
         ("taskward_tasks", "gauge"),
         ("taskward_queue_depth", "gauge"),
-        ("taskward_admissions_total", "counter"),
-        ("taskward_transitions_total", "counter"),
-        ("taskward_lease_expiries_total", "counter"),
+        ("taskward_admissions", "counter"),
+        ("taskward_transitions", "counter"),
+        ("taskward_lease_expiries", "counter"),
         ("taskward_workers_live", "gauge"),
         ("taskward_worker_heartbeat_age_seconds", "gauge"),
-        ("taskward_execution_duration_seconds", "histogram"),
-        ("taskward_http_admissions_total", "counter"),
+        ("taskward_task_admissions", "counter"),
+        ("taskward_task_run_seconds", "histogram"),
+        ("taskward_task_queue_wait_seconds", "histogram"),
+        ("taskward_http_admissions", "counter"),
     ]:
-        assert f"# TYPE {family} {kind}\n" in text
-    assert 'taskward_queue_depth{status="queued"} 1\n' in text
-    assert 'taskward_queue_depth{status="cancelled"} 1\n' in text
-    assert 'taskward_tasks{status="queued",execution_target="daytona"} 1\n' in text
-    assert 'taskward_admissions_total{source="http"} 2\n' in text
-    assert 'taskward_transitions_total{from="queued",to="cancelled",reason="cancelled"} 1\n' in text
-    assert "taskward_lease_expiries_total 0\n" in text
-    assert "taskward_workers_live 1\n" in text
-    assert 'taskward_worker_heartbeat_age_seconds{worker_id="w1"}' in text
-    assert 'taskward_http_admissions_total{outcome="created"} 2\n' in text
-    assert 'taskward_http_admissions_total{outcome="rejected"} 1\n' in text
+        assert types.get(family) == kind, family
+    assert value(samples, "taskward_queue_depth", status="queued") == 2
+    assert value(samples, "taskward_queue_depth", status="cancelled") == 1
+    assert value(samples, "taskward_tasks", status="queued", execution_target="daytona") == 1
+    assert value(samples, "taskward_admissions_total", source="http") == 3
+    edge = {"from": "queued", "to": "cancelled", "reason": "cancelled"}
+    assert value(samples, "taskward_transitions_total", **edge) == 1
+    assert value(samples, "taskward_lease_expiries_total") == 0
+    assert value(samples, "taskward_workers_live") == 1
+    assert value(samples, "taskward_worker_heartbeat_age_seconds", worker_id="w1") is not None
+    # This process's own: what admission answered (a replayed key is "existing"), and HTTP's
+    # answers, rejected ones included.
+    assert value(samples, "taskward_task_admissions_total", kind="command", outcome="new") == 3
+    existing = {"kind": "command", "outcome": "existing"}
+    assert value(samples, "taskward_task_admissions_total", **existing) == 1
+    assert value(samples, "taskward_http_admissions_total", outcome="created") == 3
+    assert value(samples, "taskward_http_admissions_total", outcome="existing") == 1
+    assert value(samples, "taskward_http_admissions_total", outcome="rejected") == 1
+
+
+async def test_metrics_speak_openmetrics_when_asked(client: httpx.AsyncClient) -> None:
+    r = await client.get("/metrics", headers={"Accept": "application/openmetrics-text"})
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("application/openmetrics-text")
+    assert r.text.endswith("# EOF\n")
 
 
 async def test_the_openapi_document_describes_the_api(client: httpx.AsyncClient) -> None:
@@ -726,8 +745,14 @@ async def test_taskward_up_serves_runs_tasks_and_stops_cleanly(tmp_path: Path) -
             assert status == "completed"
             workers = (await http.get("/api/workers")).json()["workers"]
             assert any(w["is_live"] for w in workers)
-            metrics = (await http.get("/metrics")).text
-            assert 'taskward_execution_duration_seconds_count{outcome="completed"} 1' in metrics
+            samples, _ = parse((await http.get("/metrics")).text)
+            # `up`'s worker and service share one registry: the run is on the service's page.
+            done = {"kind": "command", "status": "completed"}
+            assert value(samples, "taskward_task_completions_total", **done) == 1
+            assert value(samples, "taskward_task_run_seconds_count", **done) == 1
+            assert value(samples, "taskward_task_claims_total", kind="command") == 1
+            new = {"kind": "command", "outcome": "new"}
+            assert value(samples, "taskward_task_admissions_total", **new) == 1
     finally:
         code, err = _stop(proc)
     assert code == 0, err
@@ -852,9 +877,13 @@ async def test_the_outbox_lists_notifications_and_retries_dead_letters(
     retried = await admin.post(f"/api/outbox/{notification['id']}/retry")
     assert retried.status_code == 200 and retried.json()["status"] == "pending"
     assert (await taskward.get_task(db, task_id))["status"] == "cancelled"
-    metrics = (await admin.get("/metrics")).text
-    assert 'taskward_outbox_notifications{status="pending"} 1\n' in metrics
-    assert 'taskward_schedules{state="all"} 0\n' in metrics
+    samples, _ = parse((await admin.get("/metrics")).text)
+    assert value(samples, "taskward_outbox_notifications", status="pending") == 1
+    assert value(samples, "taskward_schedules", state="all") == 0
+    # The deliverer ran in this process, on the app's store: its outcomes are on this page.
+    deliveries = "taskward_outbox_deliveries_total"
+    assert value(samples, deliveries, outcome="failed") == DEFAULT_MAX_ATTEMPTS - 1
+    assert value(samples, deliveries, outcome="dead_letter") == 1
 
 
 async def test_schedules_and_outbox_panels_render_and_operate(

@@ -63,6 +63,7 @@ async def test_list_shows_a_cancelled_tasks_notification(db: StateDB, taskward: 
     assert taskward("outbox", "list", "--json").json() == {
         "notifications": [],
         "next_cursor": None,
+        "notice": None,  # nothing held: nothing to say (tests/acceptance/test_outbox_no_target.py)
     }
     task_id = await submit(db, now=T0)
     await move(db, task_id, "queued", "cancelled", now=T0)

@@ -21,6 +21,7 @@ from taskward.supervisor import (
     WorkerIds,
     child_argv,
     describe_exit,
+    metrics_port_of,
     resolve_processes,
 )
 
@@ -108,8 +109,21 @@ def supervised(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]
     """Calls of the CLI's ``run_supervisor``, which returns 0 without starting anything."""
     calls: list[dict[str, Any]] = []
 
-    def fake(base_argv: list[str], processes: int, *, worker_id_prefix: str | None) -> int:
-        calls.append({"argv": base_argv, "processes": processes, "prefix": worker_id_prefix})
+    def fake(
+        base_argv: list[str],
+        processes: int,
+        *,
+        worker_id_prefix: str | None,
+        metrics_port: int | None = None,
+    ) -> int:
+        calls.append(
+            {
+                "argv": base_argv,
+                "processes": processes,
+                "prefix": worker_id_prefix,
+                "metrics_port": metrics_port,
+            }
+        )
         return 0
 
     monkeypatch.setattr(worker_cmd, "run_supervisor", fake)
@@ -155,6 +169,34 @@ def test_a_child_gets_the_command_line_without_processes_and_worker_id(
         "--burst",
         "--quiet",
     ]
+
+
+def test_each_child_serves_metrics_on_its_own_port(supervised: list[dict[str, Any]]) -> None:
+    code = main(["worker", "--processes", "3", "--metrics-port", "9300", "--metrics-host", "::1"])
+    assert code == 0
+    [call] = supervised
+    # The first port goes to the supervisor, never to a child as it is: child i gets PORT+i-1.
+    assert call["metrics_port"] == 9300
+    assert call["argv"][-3:] == ["worker", "--metrics-host", "::1"]
+    ports = [metrics_port_of(9300, slot) for slot in (1, 2, 3)]
+    assert ports == [9300, 9301, 9302]
+    assert child_argv(["w"], "id-2", metrics_port=9301) == [
+        "w",
+        "--worker-id",
+        "id-2",
+        "--metrics-port",
+        "9301",
+    ]
+    assert metrics_port_of(None, 2) is None
+
+
+@pytest.mark.parametrize("port", ["0", "65535"])
+def test_a_metrics_port_range_past_the_last_port_is_refused(
+    supervised: list[dict[str, Any]], port: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["worker", "--processes", "2", "--metrics-port", port]) != 0
+    assert supervised == []
+    assert "child i serves PORT+i-1" in capsys.readouterr().err
 
 
 def test_a_store_url_from_the_environment_stays_out_of_the_childs_argv(

@@ -179,12 +179,12 @@ async def submit(
         )
         admission = await admit_task(db, app, registry=services.registry, admission_source="http")
     except TaskValidationError:
-        services.metrics.record_admission("rejected")
+        services.metrics.http_admission("rejected")
         raise
     except TaskIdempotencyConflict:
-        services.metrics.record_admission("conflict")
+        services.metrics.http_admission("conflict")
         raise
-    services.metrics.record_admission("created" if admission.created else "existing")
+    services.metrics.http_admission("created" if admission.created else "existing")
     response.status_code = 201 if admission.created else 200
     stored_key = key.strip()
     _echo_key(response, stored_key)

@@ -16,18 +16,36 @@ from taskward.outbox import (
     DEFAULT_TTL_S,
     MAX_LIST_LIMIT,
     OUTBOX_STATUSES,
+    count_notifications,
     list_notifications,
+    no_target_notice,
     purge_notifications,
     retry_notification,
+    targets_configured,
 )
+from taskward.store.port import Row, StateDB
 
 DEFAULT_LIST_LIMIT = 20
 
 
-def _render(state: CliState, rows: Sequence[Mapping[str, Any]], next_cursor: str | None) -> None:
+def _status(row: Mapping[str, Any]) -> str:
+    """A row that expired without ever being sent (no target) says so: nothing failed."""
+    if row["status"] == "expired" and not row["attempts"]:
+        return "expired (never sent)"
+    return str(row["status"])
+
+
+def _render(
+    state: CliState,
+    rows: Sequence[Mapping[str, Any]],
+    next_cursor: str | None,
+    notice: str | None = None,
+) -> None:
     """Each notification is its id with its task and last error under it, then its status,
     kind, attempts (made/allowed) and its next attempt or delivery (UTC): 80 columns fit."""
     out = state.output
+    if notice:
+        out.line(notice)
     if not rows:
         out.line("no notifications")
     else:
@@ -44,7 +62,7 @@ def _render(state: CliState, rows: Sequence[Mapping[str, Any]], next_cursor: str
             error = first_line(row["last_error"])
             table.add_row(
                 stacked(row["id"], row["schedule_run_id"], f"error: {error}" if error else ""),
-                cell(row["status"]),
+                cell(_status(row)),
                 cell(row["kind"]),
                 cell(f"{row['attempts']}/{row['max_attempts']}"),
                 cell(None if when is None else short_time(when)[:-3]),
@@ -75,17 +93,23 @@ def outbox() -> None:
 def outbox_list(
     state: CliState, status: str | None, task_id: str | None, limit: int, cursor: str | None
 ) -> None:
-    """List notifications, newest first."""
-    rows, next_cursor = with_db(
-        state.db_url,
-        lambda db: list_notifications(
+    """List notifications, newest first.
+
+    When this environment names no delivery target and no notification was ever attempted, a
+    first line says so: how many are held, and what to set to deliver them."""
+
+    async def read(db: StateDB) -> tuple[list[Row], str | None, str | None]:
+        rows, next_cursor = await list_notifications(
             db, status=status, task_id=task_id, limit=limit, cursor=cursor
-        ),
-    )
+        )
+        counts = await count_notifications(db)
+        return rows, next_cursor, no_target_notice(counts, configured=targets_configured())
+
+    rows, next_cursor, notice = with_db(state.db_url, read)
     if state.output.is_json:
-        state.output.json({"notifications": rows, "next_cursor": next_cursor})
+        state.output.json({"notifications": rows, "next_cursor": next_cursor, "notice": notice})
     else:
-        _render(state, rows, next_cursor)
+        _render(state, rows, next_cursor, notice)
 
 
 @outbox.command("retry")

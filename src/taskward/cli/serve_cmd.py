@@ -27,8 +27,8 @@ import uvicorn
 
 from taskward import AdapterConfig, StateDB, TaskAdapterRegistry
 from taskward.cli.common import CliState, pass_state, registry_for, run_worker_loop
-from taskward.cli.tasklines import TaskLines, fan_out
-from taskward.http import HttpConfig, Metrics, create_app
+from taskward.cli.tasklines import TaskLines
+from taskward.http import HttpConfig, TaskMetrics, create_app
 from taskward.models import EXECUTION_TARGETS
 from taskward.runtime import WorkerConfig, WorkerRuntime
 from taskward.store.open import redact
@@ -206,7 +206,7 @@ async def _serve(
     unfenced: tuple[str, ...],
     quiet: bool,
 ) -> int:
-    metrics = Metrics()
+    metrics = TaskMetrics()  # one registry for the service and its worker (docs/operations.md)
     app = create_app(store, registry, http_config, metrics=metrics)
     server = _Server(
         uvicorn.Config(
@@ -229,7 +229,7 @@ async def _serve(
         nonlocal runtime
         db = await asyncio.shield(opening)  # raises a permanent store error
         lines = None if quiet else TaskLines(lambda task_id: _kind_of(runtime, task_id))
-        runtime = WorkerRuntime(db, registry, config, on_event=fan_out(metrics.worker_event, lines))
+        runtime = WorkerRuntime(db, registry, config, metrics=metrics, on_event=lines)
         return await runtime.run()
 
     def on_signal() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -18,8 +19,9 @@ from taskward.models import EXECUTION_TARGETS
 from taskward.runtime import WorkerConfig, WorkerRuntime
 from taskward.supervisor import MAX_PROCESSES, resolve_processes, run_supervisor
 
-# Not replayed to a child: the supervisor's own options (each child gets its --worker-id).
-SUPERVISOR_ONLY = frozenset({"processes", "worker_id"})
+# Not replayed to a child: the supervisor's own options (each child gets its --worker-id, and
+# its own --metrics-port: the first port + its slot - 1).
+SUPERVISOR_ONLY = frozenset({"processes", "worker_id", "metrics_port"})
 
 
 def _stamp() -> str:
@@ -163,6 +165,19 @@ def child_base_argv(ctx: click.Context) -> list[str]:
     "supervisor restarts a child that exits 75 at once and one that crashes with backoff "
     "(docs/worker.md, Worker processes).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve this worker's Prometheus metrics on this port (any path, /metrics by "
+    "convention; 0: any free port). With --processes N, child i serves PORT+i-1 "
+    "(docs/operations.md, Metrics).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address --metrics-port listens on (0.0.0.0: every interface).",
+)
 @pass_state
 def worker(
     state: CliState,
@@ -181,6 +196,8 @@ def worker(
     burst: bool,
     quiet: bool,
     processes: str,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> int:
     """Run a worker: claim, execute and acknowledge tasks until stopped.
 
@@ -202,6 +219,16 @@ def worker(
         process_count = resolve_processes(processes)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--processes'") from exc
+    if (
+        process_count > 1
+        and metrics_port is not None
+        and not 1 <= metrics_port <= 65536 - process_count
+    ):
+        raise click.BadParameter(
+            f"{metrics_port} with --processes {process_count}: child i serves PORT+i-1, so "
+            f"PORT must be 1..{65536 - process_count}",
+            param_hint="'--metrics-port'",
+        )
     # Imported here too under a supervisor: a bad --import fails at once, not in a restart loop.
     registry = registry_for(state)
     if process_count > 1:
@@ -209,6 +236,7 @@ def worker(
             child_base_argv(click.get_current_context()),
             process_count,
             worker_id_prefix=worker_id,
+            metrics_port=metrics_port,
         )
     config = WorkerConfig(
         concurrency=concurrency,
@@ -272,8 +300,28 @@ def worker(
                 f"{renewing}",
                 err=True,
             )
+            server = None
+            if metrics_port is not None:
+                from taskward.exposition import MetricsServer
+
+                server = MetricsServer(runtime.metrics, port=metrics_port, host=metrics_host, db=db)
+                try:
+                    server.start()
+                except OSError as exc:
+                    raise click.ClickException(
+                        f"--metrics-port {metrics_port} on {metrics_host}: {exc.strerror or exc}"
+                    ) from exc
+                click.echo(
+                    f"worker {runtime.worker_id}: metrics on "
+                    f"http://{metrics_host}:{server.port}/metrics",
+                    err=True,
+                )
             began = time.monotonic()
-            code = await runtime.run()
+            try:
+                code = await runtime.run()
+            finally:
+                if server is not None:
+                    await asyncio.to_thread(server.stop)
             stats = runtime.host.stats
             click.echo(
                 f"worker {runtime.worker_id} stopped ({stats.stop_reason or 'done'}) after "

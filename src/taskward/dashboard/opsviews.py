@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from taskward.dashboard.views import (
+    Cell,
     Region,
     action_cell,
     cell,
@@ -87,6 +88,12 @@ OUTBOX_COLUMNS = (
 )
 
 
+def _outbox_status(row: Mapping[str, Any]) -> Cell:
+    if row["status"] == "expired" and not row.get("attempts"):
+        return cell("expired (never sent)", cls="outbox-unsent")
+    return cell(row["status"], cls=f"outbox-{row['status']}")
+
+
 def outbox_regions(
     rows: Iterable[Mapping[str, Any]],
     counts: Mapping[str, int],
@@ -94,10 +101,19 @@ def outbox_regions(
     status: str | None,
     *,
     can_operate: bool,
+    notice: str | None = None,
 ) -> dict[str, Region]:
+    """The outbox page; ``notice``: ``outbox.no_target_notice``, shown above the counts. A row
+    that expired without ever being sent (no target was configured) is shown as that, in a
+    neutral colour: nothing failed."""
     count_rows = [
         [
-            cell(name, href=f"/outbox?status={name}" if n else None, cls=f"outbox-{name}"),
+            cell(
+                name,
+                href=f"/outbox?status={name}" if n else None,
+                # no target: what expired was never sent, nothing failed (neutral, not red)
+                cls="outbox-unsent" if notice and name == "expired" else f"outbox-{name}",
+            ),
             cell(n),
         ]
         for name, n in counts.items()
@@ -110,7 +126,7 @@ def outbox_regions(
             [
                 cell(row["id"], cls="mono"),
                 cell(row.get("kind")),
-                cell(row["status"], cls=f"outbox-{row['status']}"),
+                _outbox_status(row),
                 cell(f"{row.get('attempts', 0)}/{row.get('max_attempts', '-')}"),
                 cell(
                     row.get("schedule_run_id"),
@@ -130,6 +146,7 @@ def outbox_regions(
         query = urlencode({k: v for k, v in (("status", status), ("cursor", next_cursor)) if v})
         link = {"kind": "link", "text": "next page", "href": f"/outbox?{query}"}
     return {
+        "outbox-notice": {"kind": "text", "text": notice or ""},
         "outbox-counts": table(("status", "notifications"), count_rows, empty="-"),
         "outbox": table(OUTBOX_COLUMNS, lines, empty="no notifications"),
         "next": link,

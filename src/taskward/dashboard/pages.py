@@ -18,7 +18,12 @@ from taskward.dashboard.render import html, secure
 from taskward.dashboard.session import Session, new_session, session_principal
 from taskward.errors import StoreError, TaskNotFound, TaskValidationError
 from taskward.limits import list_limits
-from taskward.outbox import count_notifications, list_notifications
+from taskward.outbox import (
+    count_notifications,
+    list_notifications,
+    no_target_notice,
+    targets_configured,
+)
 from taskward.reads import (
     list_workers,
 )
@@ -238,12 +243,14 @@ async def outbox_data(db: StateDB, services: Services, request: Request) -> dict
     rows, next_cursor = await list_notifications(
         db, status=status, limit=views.PAGE_SIZE, cursor=cursor
     )
+    counts = await count_notifications(db)
     return opsviews.outbox_regions(
         rows,
-        await count_notifications(db),
+        counts,
         next_cursor,
         status,
         can_operate=await _can_operate(request),
+        notice=no_target_notice(counts, configured=targets_configured()),
     )
 
 

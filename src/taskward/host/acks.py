@@ -35,6 +35,7 @@ class ClaimedRun:
     lease: Lease
     token: CancellationToken = field(default_factory=CancellationToken)
     result: TaskExecutionResult | None = None
+    claimed_mono: float = 0.0  # time.monotonic() at its registration: the run time's start
 
 
 # Acknowledgements are frozen models: the few possible answers are built once.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
@@ -201,9 +202,17 @@ class LocalTaskSource:
         ``invalid_task`` naming what the model refused (a row admitted before today's bounds,
         or written around admission)."""
         tasks = []
+        metrics = self.db.metrics
+        started = time.monotonic()
         for item in claimed:
             lease = item.lease
-            self._claims[lease.task_id] = ClaimedRun(row=item.row, lease=lease)
+            self._claims[lease.task_id] = ClaimedRun(
+                row=item.row, lease=lease, claimed_mono=started
+            )
+            if metrics is not None:  # the one place claims are counted: each committed here
+                row = item.row
+                queued_at = max(row["queued_at"] or 0.0, row.get("run_after") or 0.0)
+                metrics.claimed(lease.action_kind, lease.claimed_at - queued_at)
             try:
                 tasks.append(self._task_for(item.row, lease))
             except (ValueError, TypeError, OverflowError) as exc:
@@ -370,7 +379,7 @@ class LocalTaskSource:
             return STALE
         if not transition.applied:
             await keep_stale(self.db, lease, transition, execution, completed, failure)
-        return self._settle(task_id, lease_id, digest, transition, resolved)
+        return self._settle(task_id, lease_id, digest, transition, resolved, lease.action_kind)
 
     def _settle(
         self,
@@ -379,9 +388,21 @@ class LocalTaskSource:
         digest: str,
         transition: TransitionResult,
         resolved: list[Outcome],
+        action_kind: str,
     ) -> TaskAck:
-        """The acknowledgement for a committed (or refused) terminal transition."""
+        """The acknowledgement for a committed (or refused) terminal transition; the one place
+        an acknowledged end is counted (``taskward.metrics``: its run time from the claim this
+        source registered, none for a lease it does not hold)."""
         ack = answer(transition, resolved)
+        metrics = self.db.metrics
+        if metrics is not None and transition.applied:
+            claim = self._claims.get(task_id)
+            held = claim is not None and claim.lease.lease_id == lease_id
+            metrics.ended(
+                action_kind,
+                transition.current_state,
+                time.monotonic() - claim.claimed_mono if held and claim is not None else None,
+            )
         if not transition.applied:
             # The row moved on (reclaimed, reaped, cancelled): this lease can never be
             # acknowledged again, so the side channel need not remember it.
@@ -468,7 +489,7 @@ class LocalTaskSource:
         )
         if finished.transition is not None and not finished.transition.applied:
             await keep_stale(self.db, claim.lease, finished.transition, claim.result, result, None)
-        return await self._finished(finished, task_id, lease_id, digest, resolved)
+        return await self._finished(finished, task_id, lease_id, digest, resolved, claim)
 
     async def _finished(
         self,
@@ -477,12 +498,15 @@ class LocalTaskSource:
         lease_id: str,
         digest: str,
         resolved: list[Outcome],
+        claim: ClaimedRun | None = None,
     ) -> tuple[TaskAck, list[Task]]:
         if finished.ack is not None:
             ack = finished.ack
         else:
-            assert finished.transition is not None
-            ack = self._settle(task_id, lease_id, digest, finished.transition, resolved)
+            assert finished.transition is not None and claim is not None
+            ack = self._settle(
+                task_id, lease_id, digest, finished.transition, resolved, claim.lease.action_kind
+            )
         return ack, await self._register_all(finished.claimed)
 
     async def _finish_in_steps(

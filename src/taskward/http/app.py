@@ -21,11 +21,11 @@ from taskward.api import dependencies, limits, operations, tasks
 from taskward.dashboard import mount_dashboard
 from taskward.http import system
 from taskward.http.guards import RequestGuards
+from taskward.metrics import TaskMetrics
 from taskward.registry import TaskAdapterRegistry
 from taskward.store import StateDB
 from taskward.store.open import resolve_url
 from taskward.web.config import HttpConfig
-from taskward.web.metrics import Metrics
 from taskward.web.problems import install_problem_handlers, problem_response
 from taskward.web.state import Services, StoreHandle
 from taskward.web.times import IsoTimesJSONResponse
@@ -65,12 +65,21 @@ def kind_argument_schemas(registry: TaskAdapterRegistry) -> dict[str, Any]:
     return found
 
 
+def _store_metrics(db: object) -> TaskMetrics | None:
+    """The metrics an open store already records into (a worker runtime's in this process)."""
+    try:
+        metrics = getattr(db, "metrics", None)
+    except Exception:  # a proxy whose store opens later (contrib.fastapi)
+        return None
+    return metrics if isinstance(metrics, TaskMetrics) else None
+
+
 def create_app(
     db: StateDB | StoreHandle | str | None = None,
     registry: TaskAdapterRegistry | None = None,
     config: HttpConfig | None = None,
     *,
-    metrics: Metrics | None = None,
+    metrics: TaskMetrics | None = None,
 ) -> FastAPI:
     """The service as an ASGI app.
 
@@ -80,7 +89,8 @@ def create_app(
     503 while the store is away). ``registry``: the adapters
     submissions are validated against (default: built-ins plus the environment's imports and
     allowlists). ``config``: tokens and limits (default: ``HttpConfig.from_env()``).
-    ``metrics``: the in-process metrics, shared with a worker runtime in the same process.
+    ``metrics``: this process's metrics (``taskward.metrics``; default a new registry), shared
+    with a worker runtime in the same process (``taskward up``); recorded through the store.
     """
     store: StoreHandle
     if isinstance(db, StoreHandle):
@@ -93,8 +103,9 @@ def create_app(
         store=store,
         registry=registry if registry is not None else build_registry(AdapterConfig.from_env()),
         config=config if config is not None else HttpConfig.from_env(),
-        metrics=metrics if metrics is not None else Metrics(),
+        metrics=metrics if metrics is not None else _store_metrics(db) or TaskMetrics(),
     )
+    store.attach_metrics(services.metrics)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -1,4 +1,5 @@
-"""Operations routes: ``/healthz`` (no token; checks the store), ``/metrics`` (Prometheus text)
+"""Operations routes: ``/healthz`` (no token; checks the store), ``/metrics`` (Prometheus, by
+``taskward.exposition``)
 and ``/openapi.json`` (behind a token when tokens are configured, like everything but
 ``/healthz``)."""
 
@@ -7,12 +8,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from taskward.api.models import Health, Problem
+from taskward.exposition import Families, render, store_families
 from taskward.settings import get_max_attempts
 from taskward.web.auth import Principal, require
-from taskward.web.metrics import CONTENT_TYPE, render_metrics
 from taskward.web.state import services_of
 
 router = APIRouter(tags=["operations"])
@@ -59,13 +60,16 @@ async def healthz(request: Request) -> dict[str, Any]:
 )
 async def metrics(
     request: Request, _principal: Annotated[Principal, Depends(require("read"))]
-) -> PlainTextResponse:
+) -> Response:
     services = services_of(request)
     db = await services.store.get()
-    text = await render_metrics(
-        db, services.metrics, heartbeat_ttl_s=services.config.heartbeat_ttl_s
-    )
-    return PlainTextResponse(text, media_type=CONTENT_TYPE)
+    families = await store_families(db, heartbeat_ttl_s=services.config.heartbeat_ttl_s)
+    # This process's metrics: the app's, and a worker runtime's when it brought its own.
+    own = [services.metrics]
+    if db.metrics is not None and db.metrics is not services.metrics:
+        own.append(db.metrics)
+    body, content_type = render(Families(families, *own), request.headers.get("accept"))
+    return Response(body, media_type=content_type)
 
 
 @router.get("/openapi.json", include_in_schema=False)

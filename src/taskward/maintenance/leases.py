@@ -59,4 +59,6 @@ class LeaseReaper:
                 outcome = "failed"
             if await write_edge(db, edge, now=now):
                 counts[outcome] += 1
+                if db.metrics is not None:  # committed: the one place expiries are counted
+                    db.metrics.lease_expired(row["action_kind"], outcome)
         return counts

@@ -12,7 +12,8 @@ Known limits: delivery is at least once — a receiver dedupes by the notificati
 signed ``webhook-id`` header, also inside the signed body) or ``dedup_key``. A webhook request
 that outlives its timeout is cancelled (httpx, in the deliverer's event loop) and counts as a
 failed attempt; the receiver may still have acted on it. With no target configured nothing is
-claimed: rows stay ``pending`` (and expire at ``expires_at``) until a target is configured.
+claimed: rows stay ``pending`` (and expire at ``expires_at``) until a target is configured;
+``no_target_notice`` says so to operators (the dashboard, ``taskward outbox list``).
 
 One owner per module; imports inside the package point one way (nothing imports ``deliverer``
 or ``api``, ``signing`` imports no sibling):
@@ -38,8 +39,10 @@ from taskward.outbox.api import (
     enqueue_notification,
     get_notification,
     list_notifications,
+    no_target_notice,
     purge_notifications,
     retry_notification,
+    targets_configured,
 )
 from taskward.outbox.config import OUTBOX_BACKOFF, OutboxConfig
 from taskward.outbox.deliverer import OutboxDeliverer
@@ -67,4 +70,6 @@ __all__ = [
     "list_notifications",
     "purge_notifications",
     "retry_notification",
+    "no_target_notice",
+    "targets_configured",
 ]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -10,7 +11,7 @@ from taskward.canonical import dumps
 from taskward.cursors import decode_cursor, encode_cursor
 from taskward.errors import NotificationNotFound, NotificationNotRetryable, TaskValidationError
 from taskward.ids import new_id
-from taskward.outbox.targets import _validate_timeout
+from taskward.outbox.targets import ENV_COMMAND, ENV_WEBHOOK_URL, _validate_timeout
 from taskward.store.port import Row, StateDB
 
 # The row states of R12. Finished rows are the only ones purge deletes (R11).
@@ -23,6 +24,41 @@ RETRYABLE_STATUSES: Final = frozenset({"dead_letter", "expired"})
 DEFAULT_MAX_ATTEMPTS: Final = 10
 DEFAULT_TTL_S: Final = 7 * 24 * 3600.0
 MAX_LIST_LIMIT: Final = 500
+# Statuses only a deliverer with a target ever writes: any row in one shows that one ran.
+_ATTEMPTED_STATUSES: Final = ("delivering", "delivered", "dead_letter")
+
+
+def targets_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the environment names a delivery target (what ``OutboxConfig.from_env`` reads:
+    ``TASKWARD_WEBHOOK_URL`` or ``TASKWARD_NOTIFY_COMMAND``); their values are not checked."""
+    env = os.environ if environ is None else environ
+    return bool(env.get(ENV_WEBHOOK_URL, "").strip() or env.get(ENV_COMMAND, "").strip())
+
+
+def no_target_notice(counts: Mapping[str, int], *, configured: bool) -> str | None:
+    """What an operator must be told when nothing delivers: this process's environment names no
+    target and no row was ever attempted (``counts``: ``count_notifications``). None when a
+    target is configured here or some row shows a deliverer with one ran elsewhere.
+
+    ADR-0072 D6 keeps writing the rows (a terminal transition's notification commits with it,
+    whoever may deliver it later): they are held, not lost, until a target is configured or
+    they expire (docs/outbox.md, "No delivery target")."""
+    if configured or any(counts.get(status, 0) for status in _ATTEMPTED_STATUSES):
+        return None
+    held, expired = counts.get("pending", 0), counts.get("expired", 0)
+    if not held and not expired:
+        return None
+    days = DEFAULT_TTL_S / 86400
+    text = (
+        f"No delivery target is configured: {held} notification{'s' * (held != 1)} held, "
+        f"each expiring {days:g} days after its task ended"
+    )
+    if expired:
+        text += f"; {expired} expired without being sent"
+    return (
+        f"{text}. Set {ENV_WEBHOOK_URL} (with TASKWARD_WEBHOOK_SECRET) or {ENV_COMMAND} where "
+        "the workers run to deliver them (docs/outbox.md)."
+    )
 
 
 async def enqueue_notification(

@@ -131,6 +131,7 @@ class OutboxDeliverer:
                         counts[row["status"]] += 1
                 counts["expired"] += len(await tx.fetchall("outbox_expire_due"))
         if not self.targets or not (work["has_due"] or counts["released"]):
+            self._count(counts)
             return counts
         async with self.db.transaction(now=now) as tx:
             rows = await tx.fetchall(
@@ -150,7 +151,13 @@ class OutboxDeliverer:
 
         for outcome in await asyncio.gather(*(one(row) for row in rows)):
             counts[outcome] += 1
+        self._count(counts)
         return counts
+
+    def _count(self, counts: dict[str, int]) -> None:
+        """The pass's outcomes into this process's metrics: the one place they are counted."""
+        if self.db.metrics is not None:
+            self.db.metrics.outbox_outcomes(counts)
 
     async def _deliver(self, row: Row, now: float | None) -> str:
         payload = envelope(row)

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from taskward.store.signals import Signal
+
+if TYPE_CHECKING:
+    from taskward.metrics import TaskMetrics
 
 Row = dict[str, Any]
 Params = Mapping[str, Any]
@@ -217,6 +220,9 @@ class StateDB(Protocol):
     concurrent_writers: bool
     """Whether several write transactions may be in flight at once (PostgreSQL; SQLite has one
     writer): what a service asks instead of the dialect (``groupcommit``'s lanes)."""
+    metrics: TaskMetrics | None
+    """This process's metrics, recorded by the services that use this store (``taskward.metrics``);
+    None (the default) records nothing. Set by its owner: ``WorkerRuntime``, ``create_app``."""
 
     def transaction(self, *, now: float | None = None) -> AbstractAsyncContextManager[Tx]:
         """Open a write transaction; ``now`` None means the store's clock (R9)."""

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from taskward.errors import StoreError, StoreUnavailable, TaskValidationError
+from taskward.metrics import TaskMetrics
 from taskward.registry import TaskAdapterRegistry
 from taskward.store import StateDB, open_db
 from taskward.store.open import redact
 from taskward.store.retry import Streak, outage_backoff
 from taskward.web.config import HttpConfig
-from taskward.web.metrics import Metrics
 from taskward.web.throttle import FailureLimiter
 
 log = logging.getLogger("taskward.http")
@@ -44,6 +44,29 @@ class StoreHandle:
         self._lock = asyncio.Lock()
         self._opener: asyncio.Task[StateDB] | None = None
         self._away: str | None = None  # why the background opener's last attempt failed
+        self._metrics: TaskMetrics | None = None
+        self._adopting = False  # metrics attached, not yet set on the store
+
+    def attach_metrics(self, metrics: TaskMetrics) -> None:
+        """Record this process's metrics through the store (``StateDB.metrics``) once it is
+        open, unless the store already records into another (a worker runtime's in the same
+        process: ``/metrics`` then shows both)."""
+        self._metrics = metrics
+        self._adopting = True
+        if self._db is not None:
+            self._adopt(self._db)
+
+    def _adopt(self, db: StateDB) -> StateDB:
+        if not self._adopting:
+            return db
+        try:
+            current = db.metrics
+        except Exception:  # a proxy whose store is not open yet (contrib.fastapi): at next use
+            return db
+        self._adopting = False
+        if current is None:
+            db.metrics = self._metrics
+        return db
 
     @property
     def description(self) -> str:
@@ -70,13 +93,13 @@ class StoreHandle:
                 await asyncio.sleep(streak.failed(exc))
                 continue
             streak.succeeded()
-            self._db, self._away = db, None
+            self._db, self._away = self._adopt(db), None
         return self._db
 
     async def get(self) -> StateDB:
         """The open store. Raises StoreUnavailable while it cannot be opened."""
         if self._db is not None:
-            return self._db
+            return self._adopt(self._db) if self._adopting else self._db
         if self._opener is not None:
             if self._opener.done() and not self._opener.cancelled() and self._opener.exception():
                 raise StoreError(f"the store cannot be opened: {self._opener.exception()}")
@@ -85,7 +108,7 @@ class StoreHandle:
         async with self._lock:
             if self._db is None:
                 try:
-                    self._db = await open_db(self._url)
+                    self._db = self._adopt(await open_db(self._url))
                 except StoreError:
                     raise
                 except TaskValidationError as exc:  # a bad URL is the operator's, not the caller's
@@ -110,7 +133,7 @@ class Services:
     store: StoreHandle
     registry: TaskAdapterRegistry
     config: HttpConfig
-    metrics: Metrics
+    metrics: TaskMetrics  # this process's (taskward.metrics), also the store's when it had none
     # Failed authentications per client, shared by the API and the dashboard login.
     auth_limiter: FailureLimiter = field(init=False)
 

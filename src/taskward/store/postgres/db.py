@@ -26,6 +26,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -56,6 +57,9 @@ from taskward.store.postgres.errors import (
 from taskward.store.postgres.listen import LISTENER_BACKOFF, Listener, _commit_sql
 from taskward.store.postgres.tx import _PgTx
 from taskward.store.signals import Signal, Signals
+
+if TYPE_CHECKING:
+    from taskward.metrics import TaskMetrics
 
 __all__ = [
     "DEFAULT_RECONNECT_TIMEOUT_S",
@@ -133,6 +137,7 @@ class PostgresDB:
         # Concurrent callers use the pool.
         self._hot: AsyncConn | None = None
         self._hot_busy = False
+        self.metrics: TaskMetrics | None = None  # set by its owner (StateDB.metrics)
         self._signals = Signals()
         self._listener = Listener(
             conninfo,

@@ -31,7 +31,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from taskward.errors import StoreError, StoreUnavailable
 from taskward.loops import raise_if_cancelling
@@ -50,6 +50,9 @@ from taskward.store.sqlite.connection import (
 )
 from taskward.store.sqlite.errors import BUSY_CODES, TRANSIENT_CODES, _is_busy, translate_error
 from taskward.store.sqlite.tx import _SQLiteTx
+
+if TYPE_CHECKING:
+    from taskward.metrics import TaskMetrics
 
 __all__ = [
     "BUSY_CODES",
@@ -99,6 +102,7 @@ class SQLiteDB:
         self._conn: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+        self.metrics: TaskMetrics | None = None  # set by its owner (StateDB.metrics)
         self._signals = Signals()
         self._watcher: asyncio.Task[None] | None = None
         self.poll_interval_s = poll_interval_s
