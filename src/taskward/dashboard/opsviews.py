@@ -1,5 +1,5 @@
-"""View models of the dashboard's operations pages: schedules and the outbox (rows -> regions,
-as ``views`` does for tasks and workers, built from its cells and tables)."""
+"""View model of the dashboard's outbox page (rows -> regions, as ``views`` does, built from its
+cells and tables); the schedules page's is ``scheduleviews``."""
 
 from __future__ import annotations
 
@@ -16,64 +16,6 @@ from taskward.dashboard.views import (
     table,
     task_href,
 )
-
-
-def _cadence(row: Mapping[str, Any]) -> str:
-    if row.get("cron_expression"):
-        return f"cron {row['cron_expression']} ({row.get('timezone') or 'UTC'})"
-    return f"every {row.get('interval_s')} s"
-
-
-def _schedule_state(row: Mapping[str, Any]) -> str:
-    if row.get("removed_at") is not None:
-        return "removed"
-    return "enabled" if row.get("enabled") else "disabled"
-
-
-SCHEDULE_COLUMNS = (
-    "name",
-    "cadence",
-    "state",
-    "next fire",
-    "last fire",
-    "fires",
-    "skips (overlap/misfire)",
-    "task",
-    "last error",
-    "",
-)
-
-
-def schedules_regions(rows: Iterable[Mapping[str, Any]], *, can_operate: bool) -> dict[str, Region]:
-    lines = []
-    for row in rows:
-        ref = quote(str(row["id"]), safe="")
-        state = _schedule_state(row)
-        actions: list[tuple[str, str]] = []
-        if can_operate and state != "removed":
-            actions.append(("fire now", f"/schedules/{ref}/fire"))
-            toggle = "disable" if state == "enabled" else "enable"
-            actions.append((toggle, f"/schedules/{ref}/{toggle}"))
-        lines.append(
-            [
-                cell(row["name"]),
-                cell(_cadence(row)),
-                cell(state, cls=f"schedule-{state}"),
-                cell(fmt_time(row.get("next_fire_at"))),
-                cell(fmt_time(row.get("last_fire_at"))),
-                cell(row.get("fire_count", 0)),
-                cell(f"{row.get('overlap_skips', 0)}/{row.get('misfire_skips', 0)}"),
-                cell(
-                    row.get("last_run_id"),
-                    href=task_href(row["last_run_id"]) if row.get("last_run_id") else None,
-                    cls="mono",
-                ),
-                cell(row.get("last_error")),
-                action_cell(actions),
-            ]
-        )
-    return {"schedules": table(SCHEDULE_COLUMNS, lines, empty="no schedules")}
-
 
 OUTBOX_COLUMNS = (
     "notification",
