@@ -11,6 +11,7 @@ after a failure. ``require_netns`` skips (fails under ``CI=true``) when the mach
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import random
@@ -100,6 +101,10 @@ class Host:
         """Take the test's end of the link down: the host can reach nothing any more."""
         _run("ip", "link", "set", self.root_if, "down")
 
+    def restore_link(self) -> None:
+        """Bring the test's end of the link up again (its address stayed configured)."""
+        _run("ip", "link", "set", self.root_if, "up")
+
 
 def _free_third_octets(count: int) -> list[int]:
     """``count`` values of X such that no address or route of this namespace is in
@@ -121,19 +126,10 @@ def hosts(count: int) -> Iterator[list[Host]]:
     tag = secrets.token_hex(3)
     made: list[Host] = []
     try:
-        for n, third in enumerate(_free_third_octets(count)):
-            net = f"{SUBNET_PREFIX}.{third}"
-            host = Host(f"tw-{tag}-{n}", f"tw{tag}r{n}", f"tw{tag}n{n}", f"{net}.1", f"{net}.2")
-            made.append(host)
-            _run("ip", "netns", "add", host.ns)
-            _run("ip", "link", "add", host.root_if, "type", "veth", "peer", "name", host.ns_if)
-            _run("ip", "link", "set", host.ns_if, "netns", host.ns)
-            _run("ip", "addr", "add", f"{host.root_addr}/24", "dev", host.root_if)
-            _run("ip", "link", "set", host.root_if, "up")
-            inside = ("ip", "netns", "exec", host.ns, "ip")
-            _run(*inside, "addr", "add", f"{host.ns_addr}/24", "dev", host.ns_if)
-            _run(*inside, "link", "set", host.ns_if, "up")
-            _run(*inside, "link", "set", "lo", "up")
+        # Another run choosing at the same moment would see none of our subnets yet: choosing
+        # and addressing happen under one lock, so the next chooser sees ours taken.
+        with _subnet_lock():
+            _make_hosts(count, tag, made)
         yield made
     finally:
         for host in made:
@@ -143,6 +139,34 @@ def hosts(count: int) -> Iterator[list[Host]]:
                 _run("ip", "netns", "del", host.ns)
             with suppress(RuntimeError, OSError):
                 _run("ip", "link", "del", host.root_if)
+
+
+@contextmanager
+def _subnet_lock() -> Iterator[None]:
+    with open(Path(tempfile.gettempdir()) / "taskward-netns.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _make_hosts(count: int, tag: str, made: list[Host]) -> None:
+    """Make ``count`` hosts, appending each to ``made`` before its first command (so the
+    caller deletes whatever was made if one fails)."""
+    for n, third in enumerate(_free_third_octets(count)):
+        net = f"{SUBNET_PREFIX}.{third}"
+        host = Host(f"tw-{tag}-{n}", f"tw{tag}r{n}", f"tw{tag}n{n}", f"{net}.1", f"{net}.2")
+        made.append(host)
+        _run("ip", "netns", "add", host.ns)
+        _run("ip", "link", "add", host.root_if, "type", "veth", "peer", "name", host.ns_if)
+        _run("ip", "link", "set", host.ns_if, "netns", host.ns)
+        _run("ip", "addr", "add", f"{host.root_addr}/24", "dev", host.root_if)
+        _run("ip", "link", "set", host.root_if, "up")
+        inside = ("ip", "netns", "exec", host.ns, "ip")
+        _run(*inside, "addr", "add", f"{host.ns_addr}/24", "dev", host.ns_if)
+        _run(*inside, "link", "set", host.ns_if, "up")
+        _run(*inside, "link", "set", "lo", "up")
 
 
 @dataclass(frozen=True)
@@ -202,11 +226,15 @@ def private_postgres(
         hba = ["local all all trust", *(f"host all all {h.subnet} trust" for h in listen)]
         (data / "pg_hba.conf").write_text("\n".join(hba) + "\n")
         started = True
-        _run(
-            str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(home / "server.log"),
-            "-w", "-t", "60", "start",
-            user=PG_USER, cwd=home,
-        )  # fmt: skip
+        log = home / "server.log"
+        try:
+            _run(
+                str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60", "start",
+                user=PG_USER, cwd=home,
+            )  # fmt: skip
+        except RuntimeError as exc:
+            server_said = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(f"{exc}\nserver log:\n{server_said}") from None
         yield PrivatePostgres(port, home)
     finally:
         if started:

@@ -11,7 +11,9 @@ renewing 3 s leases and idling up to 30 s between looks for work:
 - a NOTIFY crosses hosts: a task admitted from the test's namespace starts on an idle host far
   sooner than its 30 s idle wait would allow;
 - a host that loses its link has its running task recovered by the other host once the lease
-  expires (R25), within ``--lease-ttl`` plus a reaper interval (and slack for a loaded machine).
+  expires (R25), within ``--lease-ttl`` plus a reaper interval (and slack for a loaded machine);
+  when the link returns, the cut-off host finds its lease lost, stops its stale run, and its
+  acknowledgement is refused (R4).
 
 Leases and due times are the server's clock throughout (R9): the hosts' own clocks play no part.
 Waits are on database conditions with a generous timeout; measured figures are printed
@@ -229,10 +231,30 @@ async def test_a_host_that_loses_its_link_has_its_task_recovered_by_the_other(
     )
     assert reaped_after_s <= TTL_S + REAP_INTERVAL_S + LOAD_SLACK_S, reaped_after_s
     assert recovered_s <= TTL_S + REAP_INTERVAL_S + LOAD_SLACK_S, recovered_s
+
+    # The link comes back: the cut-off host, whose first attempt was still running there, learns
+    # from its next renewal that the lease is gone and stops the run; whatever it then
+    # acknowledges is refused, so the task's story is unchanged.
+    cluster.host_of(holder).restore_link()
+    restored = time.monotonic()
+    lines = (f"lease {holder}/1 lost (stale_lease)", "acknowledgement rejected (stale_lease)")
+    holder_log = cluster.workers[holder].log_path
+    await wait_until(
+        lambda: _true(all(line in holder_log.read_text(errors="replace") for line in lines)),
+        timeout=90,
+        what=f"the reconnected host to find its lease lost\n{cluster.logs()}",
+    )
+    stopped_s = time.monotonic() - restored
+    print(f"link restored -> {holder} found its lease lost, ack refused {stopped_s:.2f} s later")
+    assert await taskward.list_transitions(db, task_id) == facts
     await assert_invariants(db)
 
 
 # -- database conditions ----------------------------------------------------------------------
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def _all_heartbeating(db: StateDB, worker_ids: list[str]) -> bool:
