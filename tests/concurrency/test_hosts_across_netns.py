@@ -83,9 +83,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Two namespaced hosts, the private server, the schema migrated, one worker per host."""
     require_netns()
     log_dir = tmp_path_factory.mktemp("netns-hosts")
-    # A session the test's own end of a link leaves idle in a transaction (a host cut off
-    # between its statements) would hold its row locks until the server noticed (hours with
-    # the kernel's keepalive defaults): docs/deployment.md recommends this bound.
+    # A host cut off inside a transaction leaves its session idle in it, holding row locks,
+    # until the server notices (hours with the kernel's keepalive defaults): the bound
+    # docs/deployment.md recommends, short here.
     with (
         hosts(2) as (host_a, host_b),
         private_postgres(
@@ -112,10 +112,11 @@ async def db(cluster: Cluster) -> AsyncIterator[StateDB]:
     """The private server, through its Unix socket (this overrides tests/conftest.py's ``db``:
     the shared server plays no part here), once both hosts' workers are up."""
     async with taskward.open_db(cluster.server.local_url) as store:
-        await wait_until(
+        await _wait(
+            cluster,
             lambda: _all_heartbeating(store, list(cluster.workers)),
             timeout=90,
-            what=f"both hosts' workers to start\n{cluster.logs()}",
+            what="both hosts' workers to start",
         )
         yield store
 
@@ -197,16 +198,18 @@ async def test_a_host_that_loses_its_link_has_its_task_recovered_by_the_other(
     cluster.host_of(holder).cut_link()
     cut = time.monotonic()
     cut_at = await db.now()
-    await wait_until(
+    await _wait(
+        cluster,
         lambda: _out_of_holders_lease(db, task_id, holder),
         timeout=60,
-        what=f"the cut-off host's task to be recovered\n{cluster.logs()}",
+        what="the cut-off host's task to be recovered",
     )
     recovered_s = time.monotonic() - cut
-    await wait_until(
+    await _wait(
+        cluster,
         lambda: _all_terminal(db, [task_id]),
         timeout=60,
-        what=f"the other host to complete the task\n{cluster.logs()}",
+        what="the other host to complete the task",
     )
     facts = await taskward.list_transitions(db, task_id)
     assert [f["status"] for f in facts] == [
@@ -239,15 +242,26 @@ async def test_a_host_that_loses_its_link_has_its_task_recovered_by_the_other(
     restored = time.monotonic()
     lines = (f"lease {holder}/1 lost (stale_lease)", "acknowledgement rejected (stale_lease)")
     holder_log = cluster.workers[holder].log_path
-    await wait_until(
+    await _wait(
+        cluster,
         lambda: _true(all(line in holder_log.read_text(errors="replace") for line in lines)),
         timeout=90,
-        what=f"the reconnected host to find its lease lost\n{cluster.logs()}",
+        what="the reconnected host to find its lease lost",
     )
     stopped_s = time.monotonic() - restored
     print(f"link restored -> {holder} found its lease lost, ack refused {stopped_s:.2f} s later")
     assert await taskward.list_transitions(db, task_id) == facts
     await assert_invariants(db)
+
+
+async def _wait(
+    cluster: Cluster, check: Callable[[], Awaitable[bool]], *, timeout: float, what: str
+) -> None:
+    """``wait_until``, failing with the tail of each host's log as it was at the timeout."""
+    try:
+        await wait_until(check, timeout=timeout, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{cluster.logs()}") from None
 
 
 # -- database conditions ----------------------------------------------------------------------
@@ -317,5 +331,5 @@ async def _connections_while(
             if await condition():
                 return peak
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s\n{cluster.logs()}")
+                raise AssertionError(f"timed out after {timeout}s: the burst\n{cluster.logs()}")
             await asyncio.sleep(0.05)
