@@ -123,6 +123,15 @@ def child_base_argv(ctx: click.Context) -> list[str]:
     help="Seconds between reaper passes.",
 )
 @click.option(
+    "--idle-wait",
+    type=click.FloatRange(min=0.05, max=3600.0),
+    default=0.5,
+    show_default=True,
+    help="Seconds an idle worker waits before it looks for work again unless woken: new "
+    "work wakes it at once (another process's on SQLite, another host's on PostgreSQL through "
+    "LISTEN/NOTIFY), a delayed task when it falls due; this is the bound if a wake-up is lost.",
+)
+@click.option(
     "--default-timeout",
     type=click.FloatRange(min=0.01),
     default=240.0,
@@ -189,6 +198,7 @@ def worker(
     renew: bool,
     heartbeat_interval: float,
     reap_interval: float,
+    idle_wait: float,
     default_timeout: float,
     lease_slack: float,
     retry_base: float,
@@ -246,6 +256,7 @@ def worker(
         renew=renew,
         heartbeat_interval_s=heartbeat_interval,
         reap_interval_s=reap_interval,
+        idle_wait_s=idle_wait,
         default_timeout_s=default_timeout,
         lease_slack_s=lease_slack,
         retry_policy=RetryPolicy(base_s=retry_base),
