@@ -601,3 +601,28 @@ def _status(db: StateDB, task_id: str, wanted: str) -> Callable[[], Awaitable[bo
 
 async def _done(h: ResidentEngineHost) -> bool:
     return h.stats.completed >= 1 and h.active_count == 0
+
+
+async def test_a_lost_lease_is_counted_once_however_many_passes_run_before_the_run_stops(
+    db: StateDB,
+) -> None:
+    """A run whose lease was found lost is not renewed again while it stops (its grace here
+    outlasts the passes): one loss, one warning, however many renewal passes come meanwhile."""
+    task_id = await submit(db)
+    src = source(db)
+    started = asyncio.Event()
+
+    async def stubborn(task: Task, session: Any) -> dict[str, Any]:
+        started.set()
+        await asyncio.Event().wait()  # never looks at a token
+        return {}
+
+    h = host(src, db, stubborn, lease_lost_grace_s=0.5)
+    async with serving(h) as serve:
+        await wait_until(_set(started), "the task to run", serving=serve)
+        await reclaim_elsewhere(db, task_id)
+        for _ in range(3):
+            assert await h.renew_leases() == 0
+        assert h.stats.leases_lost == 1
+        await wait_until(_idle(h), "the lost run to be stopped", serving=serve)
+    assert h.stats.leases_lost == h.stats.ack_rejected == 1

@@ -241,10 +241,12 @@ class ResidentEngineHost(HostJobs):
             return 0
         # A job that is summarizing or acknowledging is left out: its acknowledgement may
         # commit first, and a renewal after it would read as a lost lease for a finished run.
+        # So is a run whose lease was already found lost: it is stopping (_lease_lost), and
+        # asking again would count and log the one loss once a pass until it stops.
         held = [
             (job, task)
             for job, task in self._active.items()
-            if not job.done() and job not in self._settling_jobs
+            if not job.done() and job not in self._settling_jobs and job not in self._lost_runs
         ]
         if not held:
             return 0
