@@ -180,18 +180,39 @@ async def count_transitions_by_edge(db: StateDB) -> list[Row]:
     ]
 
 
+# A worker's state (issue 28): ``stopped`` once it recorded a clean stop (it wins: the row of a
+# stopped worker keeps its last heartbeat), ``stale`` when its heartbeat is older than the TTL
+# without one (R6: it claims nothing; it probably crashed), else ``live``.
+WORKER_STATES: Final = ("live", "stale", "stopped")
+
+
+def worker_state(worker: Mapping[str, Any], *, heartbeat_ttl: float, now: float) -> str:
+    """``live``, ``stale`` or ``stopped`` (``WORKER_STATES``) of a ``workers`` row at ``now``."""
+    if worker.get("stopped_at") is not None:
+        return "stopped"
+    return "live" if now - float(worker["last_heartbeat_at"]) <= heartbeat_ttl else "stale"
+
+
 async def list_workers(
     db: StateDB, *, heartbeat_ttl: float, limit: int = 200, now: float | None = None
 ) -> list[Row]:
-    """Workers, most recent heartbeat first, each with ``heartbeat_age_s`` and ``is_live``
-    (a heartbeat is stale when ``now - last_heartbeat_at > heartbeat_ttl``, R6)."""
+    """Workers, most recent heartbeat first, each with ``heartbeat_age_s``, ``state``
+    (``worker_state``), ``lease_task_ids`` (every running task whose lease it holds, read for
+    the whole page in one statement) and ``is_live`` (``state == "live"``; kept for callers
+    from before ``state``)."""
     if not 1 <= limit <= MAX_LIST_LIMIT:
         raise TaskValidationError("limit", limit, f"1..{MAX_LIST_LIMIT}")
     if now is None:
         now = await db.now()
     workers = await db.fetchall("worker_list", {"limit": limit})
+    leases: dict[str, list[str]] = {}
+    if workers:
+        ids = canonical_json([w["worker_id"] for w in workers])
+        for row in await db.fetchall("worker_leases", {"worker_ids": ids}):
+            leases.setdefault(row["worker_id"], []).append(row["id"])
     for worker in workers:
-        age = max(0.0, now - float(worker["last_heartbeat_at"]))
-        worker["heartbeat_age_s"] = age
-        worker["is_live"] = age <= heartbeat_ttl
+        worker["heartbeat_age_s"] = max(0.0, now - float(worker["last_heartbeat_at"]))
+        worker["state"] = worker_state(worker, heartbeat_ttl=heartbeat_ttl, now=now)
+        worker["is_live"] = worker["state"] == "live"
+        worker["lease_task_ids"] = leases.get(worker["worker_id"], [])
     return workers

@@ -237,7 +237,15 @@ class WorkerOut(BaseModel):
     worker_id: str
     last_heartbeat_at: float
     heartbeat_age_s: float
-    is_live: bool
+    is_live: bool = Field(description="state == 'live' (kept from before state).")
+    state: Literal["live", "stale", "stopped"] = Field(
+        description="stopped: it stopped cleanly; stale: its heartbeat is older than the TTL "
+        "without a stop (it probably crashed); else live."
+    )
+    stopped_at: float | None = None
+    lease_task_ids: list[str] = Field(
+        default_factory=list, description="Every running task whose lease it holds."
+    )
     leased_run_id: str | None = None
 
 

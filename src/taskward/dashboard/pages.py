@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from taskward.cursors import MAX_CURSOR_LENGTH
-from taskward.dashboard import graphviews, limitviews, opsviews, views
+from taskward.dashboard import graphviews, limitviews, opsviews, views, workerviews
 from taskward.dashboard.render import html, secure
 from taskward.dashboard.resultview import result_regions
 from taskward.dashboard.session import Session, new_session, session_principal
@@ -187,7 +187,10 @@ async def overview_data(db: StateDB, services: Services, request: Request) -> di
     pairs = await count_by_status_and_target(db)
     recent, _ = await list_tasks(db, limit=15)
     workers = await _workers(db, services, 50)
-    return views.overview_regions(pairs, recent, workers, await db.now())
+    return {
+        **views.overview_regions(pairs, recent, await db.now()),
+        **workerviews.workers_regions(workers),
+    }
 
 
 def _filters(request: Request) -> dict[str, str | None]:
@@ -269,7 +272,9 @@ async def task_page_data(db: StateDB, services: Services, request: Request) -> d
 
 
 async def workers_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
-    return views.workers_regions(await _workers(db, services))
+    return workerviews.workers_regions(
+        await _workers(db, services), can_operate=await _can_operate(request)
+    )
 
 
 # -- pages ----------------------------------------------------------------------------------

@@ -159,50 +159,13 @@ def counts_region(pairs: Iterable[Mapping[str, Any]]) -> Region:
     return table(["status", *(t or "(none)" for t in targets), "total"], rows, empty="no tasks")
 
 
-def worker_rows(workers: Iterable[Mapping[str, Any]]) -> list[list[Cell]]:
-    return [
-        [
-            cell(w["worker_id"], cls="mono"),
-            cell("live" if w["is_live"] else "stale", cls="live" if w["is_live"] else "stale"),
-            cell(fmt_age(float(w["heartbeat_age_s"]))),
-            cell(
-                w.get("leased_run_id"),
-                href=task_href(w["leased_run_id"]) if w.get("leased_run_id") else None,
-                cls="mono",
-            ),
-            cell(", ".join(w.get("execution_targets") or [])),
-            cell(", ".join(w.get("advertised_capabilities") or [])),
-            cell(w.get("concurrency")),
-            cell(w.get("hostname")),
-        ]
-        for w in workers
-    ]
-
-
-WORKER_COLUMNS = (
-    "worker",
-    "state",
-    "heartbeat age",
-    "leased task",
-    "targets",
-    "capabilities",
-    "concurrency",
-    "host",
-)
-
-
 def overview_regions(
-    pairs: Iterable[Mapping[str, Any]],
-    recent: Iterable[Mapping[str, Any]],
-    workers: Sequence[Mapping[str, Any]],
-    now: float,
+    pairs: Iterable[Mapping[str, Any]], recent: Iterable[Mapping[str, Any]], now: float
 ) -> dict[str, Region]:
-    live = sum(1 for w in workers if w["is_live"])
+    """The overview's tasks; its workers regions are ``workerviews.workers_regions``'."""
     return {
         "counts": counts_region(pairs),
         "recent": table(TASK_COLUMNS, task_rows(recent, now), empty="no tasks yet"),
-        "workers": table(WORKER_COLUMNS, worker_rows(workers), empty="no worker has registered"),
-        "workers-summary": {"kind": "text", "text": f"{live} live of {len(workers)}"},
     }
 
 
@@ -426,12 +389,6 @@ def timeline_region(
     for item in items:
         del item["at"]
     return {"kind": "timeline", "items": items}
-
-
-def workers_regions(workers: Sequence[Mapping[str, Any]]) -> dict[str, Region]:
-    return {
-        "workers": table(WORKER_COLUMNS, worker_rows(workers), empty="no worker has registered")
-    }
 
 
 def action_cell(actions: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, str]]]) -> Cell:

@@ -80,6 +80,11 @@
           var td = node("td", c.cls || null);
           if (c.actions) {
             c.actions.forEach(function (a) { td.appendChild(actionForm(a)); });
+          } else if (c.links) {  // several links in one cell (a worker's leases)
+            c.links.forEach(function (l, i) {
+              if (i) { td.appendChild(document.createTextNode(" ")); }
+              td.appendChild(linkOrText(l.text, l.href));
+            });
           } else {
             td.appendChild(linkOrText(c.text, c.href));
           }

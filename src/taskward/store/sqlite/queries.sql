@@ -160,7 +160,8 @@ WHERE task_id = :task_id AND kind = 'cancel_requested'
   AND json_extract(payload, '$.idempotency_key') = :key;
 
 -- name: worker_heartbeat
--- Upsert this worker's heartbeat and advertisement (ADR-0071 D4).
+-- Upsert this worker's heartbeat and advertisement (ADR-0071 D4); a heartbeat says the
+-- worker runs, so it clears a stop recorded under the same id.
 INSERT INTO workers (worker_id, advertised_capabilities, execution_targets, last_heartbeat_at,
                      leased_run_id, served_kinds, hostname, pid, concurrency, started_at)
 VALUES (:worker_id, :advertised_capabilities, :execution_targets, :now, :leased_run_id,
@@ -173,13 +174,49 @@ ON CONFLICT (worker_id) DO UPDATE SET
   served_kinds = excluded.served_kinds,
   hostname = excluded.hostname,
   pid = excluded.pid,
-  concurrency = excluded.concurrency;
+  concurrency = excluded.concurrency,
+  stopped_at = NULL;
 
 -- name: worker_get
 SELECT * FROM workers WHERE worker_id = :worker_id;
 
 -- name: worker_list
 SELECT * FROM workers ORDER BY last_heartbeat_at DESC, worker_id LIMIT :limit;
+
+-- name: worker_stop
+-- A clean stop (runtime.WorkerRuntime): the worker says it is gone, so it shows "stopped", not
+-- "stale", and holds no lease any more (issue 28).
+UPDATE workers SET stopped_at = :now, last_heartbeat_at = :now, leased_run_id = NULL
+WHERE worker_id = :worker_id;
+
+-- name: worker_leases
+-- The running tasks each of :worker_ids (JSON list) holds the lease of, for a page of workers
+-- in one statement (reads.list_workers); running rows are few (at most the workers' slots).
+SELECT leased_by AS worker_id, id FROM schedule_runs
+WHERE status = 'running' AND leased_by IN (SELECT value FROM json_each(:worker_ids))
+ORDER BY leased_by, id;
+
+-- name: worker_prunable
+-- Workers prune_workers may delete (issue 28, R23): stopped, or stale since before :stale_before
+-- without a stop (probably crashed); never one holding a live lease (a running task whose
+-- lease has not expired). :worker_id NULL means every worker; :limit bounds a batch.
+SELECT w.worker_id, w.last_heartbeat_at, w.stopped_at FROM workers w
+WHERE (:worker_id IS NULL OR w.worker_id = :worker_id)
+  AND (w.stopped_at IS NOT NULL OR w.last_heartbeat_at < :stale_before)
+  AND NOT EXISTS (SELECT 1 FROM schedule_runs r
+                  WHERE r.status = 'running' AND r.leased_by = w.worker_id
+                    AND r.lease_expires_at >= :now)
+ORDER BY w.last_heartbeat_at, w.worker_id
+LIMIT :limit;
+
+-- name: worker_delete_prunable
+-- worker_prunable's rule again for each id chosen (a worker that came back meanwhile stays).
+DELETE FROM workers
+WHERE worker_id = :worker_id
+  AND (stopped_at IS NOT NULL OR last_heartbeat_at < :stale_before)
+  AND NOT EXISTS (SELECT 1 FROM schedule_runs r
+                  WHERE r.status = 'running' AND r.leased_by = workers.worker_id
+                    AND r.lease_expires_at >= :now);
 
 -- name: worker_live_list
 SELECT * FROM workers WHERE :now - last_heartbeat_at <= :heartbeat_ttl;
