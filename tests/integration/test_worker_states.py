@@ -82,3 +82,21 @@ async def test_prune_removes_stopped_and_long_stale_workers_only(db: StateDB) ->
     await taskward.register_heartbeat(db, worker_id="w-live", now=later)
     gone = await prune_workers(db, older_than_s=100, heartbeat_ttl=TTL, now=later)
     assert sorted(w.worker_id for w in gone) == ["w-holding", "w-stale-short"]
+
+
+async def test_a_burst_worker_that_exits_shows_stopped(db: StateDB) -> None:
+    from taskward.runtime import WorkerConfig, WorkerRuntime
+
+    task_id = await submit(db)
+    config = WorkerConfig(
+        worker_id="w-burst-run",
+        exit_when_idle=True,
+        idle_wait_s=0.05,
+        deliver_outbox=False,
+        run_scheduler=False,
+    )
+    assert await WorkerRuntime(db, REGISTRY, config).run() == 0
+    assert (await taskward.get_task(db, task_id))["status"] == "completed"
+    [worker] = await list_workers(db, heartbeat_ttl=TTL)
+    assert worker["worker_id"] == "w-burst-run"
+    assert worker["state"] == "stopped" and worker["lease_task_ids"] == []
