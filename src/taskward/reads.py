@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -63,20 +64,43 @@ async def get_task(db: StateDB, task_id: str, *, reveal_env: bool = False) -> Ro
     """
     row = await db.fetchone("run_get", {"id": task_id})
     if row is None:
-        raise TaskNotFound(task_id)
+        archived = await _archived(db, task_id)
+        if archived is None:
+            raise TaskNotFound(task_id)
+        row = {**archived["run"], "archived": True, "archived_at": archived["archived_at"]}
     return row if reveal_env else _redacted_row(row)
 
 
+async def _archived(db: StateDB, task_id: str) -> dict[str, Any] | None:
+    """R23: an archived task's document (``archive``), with its ``archived_at``; None when the
+    id names no archived task. Read only once the live row is missing."""
+    row = await db.fetchone("archived_run_get", {"id": task_id})
+    if row is None:
+        return None
+    document = row["document"]
+    document = json.loads(document) if isinstance(document, str) else dict(document)
+    return {**document, "archived_at": row["archived_at"]}
+
+
 async def list_transitions(db: StateDB, task_id: str) -> list[Row]:
-    """The task's status_transitions facts, oldest first; raises TaskNotFound."""
+    """The task's status_transitions facts, oldest first; raises TaskNotFound. An archived
+    task's (R23) come from its archived document."""
     facts = await db.fetchall("fact_list", {"entity_id": task_id})
-    if not facts:
-        await get_task(db, task_id)
+    if not facts and await db.fetchone("run_status", {"id": task_id}) is None:
+        archived = await _archived(db, task_id)
+        if archived is None:
+            raise TaskNotFound(task_id)
+        return list(archived.get("facts") or [])
     return facts
 
 
 async def list_task_events(db: StateDB, task_id: str) -> list[Row]:
-    return await db.fetchall("event_list", {"task_id": task_id})
+    """The task's events, oldest first (an archived task's from its document, R23)."""
+    events = await db.fetchall("event_list", {"task_id": task_id})
+    if not events and await db.fetchone("run_status", {"id": task_id}) is None:
+        archived = await _archived(db, task_id)
+        return list(archived.get("events") or []) if archived else []
+    return events
 
 
 async def list_tasks(

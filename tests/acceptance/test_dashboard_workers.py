@@ -11,12 +11,14 @@ import httpx
 import pytest
 
 import taskward
+from taskward.archive import archive_runs
 from taskward.claims import WorkerSpec, claim_runs
 from taskward.heartbeat import mark_worker_stopped
 from taskward.http import HttpConfig, create_app
+from taskward.outbox import OutboxDeliverer
 from taskward.reads import list_workers
 from taskward.store import StateDB
-from tests.integration.helpers import REGISTRY, submit
+from tests.integration.helpers import REGISTRY, move, submit
 
 CSRF_META = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
 
@@ -68,3 +70,20 @@ async def test_states_leases_and_prune(client: httpx.AsyncClient, db: StateDB) -
     assert crashed.status_code == 303
     left = await list_workers(db, heartbeat_ttl=ttl)
     assert [w["worker_id"] for w in left] == ["w-busy"]
+
+
+async def test_an_archived_task_page_and_api_still_answer(
+    client: httpx.AsyncClient, db: StateDB
+) -> None:
+    old = await db.now() - 40 * 86400
+    task_id = await submit(db, now=old)
+    await move(db, task_id, "queued", "cancelled", now=old + 1)
+    async with OutboxDeliverer(db) as deliverer:
+        await deliverer.run_once(now=old + 8 * 86400)
+    assert (await archive_runs(db, older_than_s=86400)).archived == 1
+    page = await client.get(f"/tasks/{task_id}")
+    assert page.status_code == 200 and "cancelled" in page.text
+    got = (await client.get(f"/api/tasks/{task_id}")).json()
+    assert got["archived"] is True and got["status"] == "cancelled"
+    facts = (await client.get(f"/api/tasks/{task_id}/transitions")).json()["transitions"]
+    assert [f["status"] for f in facts] == ["cancelled"]
