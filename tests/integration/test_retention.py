@@ -6,6 +6,7 @@ workers, finished notifications and old events."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -27,6 +28,7 @@ from taskward.results import get_task_result
 from taskward.retention import prune
 from taskward.store.port import StateDB
 from tests.integration.helpers import REGISTRY, move
+from tests.integration.test_transactional_admission import sync_connection
 
 DAY = 86400.0
 T0 = time.time() + 3600.0  # later than the summaries' own (real) clock
@@ -219,3 +221,30 @@ async def test_prune_removes_dead_workers_finished_notifications_and_old_events(
     again = await prune(db, older_than_s=DAY, heartbeat_ttl=90, now=NOW)
     assert sum(again.counts.values()) == 0
     await assert_invariants(db, now=NOW, outbox_purged=True, events_pruned=True)
+
+
+async def test_the_sync_client_and_a_caller_transaction_see_the_tombstone(
+    db: StateDB, db_url: str
+) -> None:
+    from taskward.client import SyncClient
+
+    task_id = await admit(db, "k-sync")
+    await move(db, task_id, "queued", "cancelled", now=T0 + 1)
+    async with OutboxDeliverer(db) as deliverer:
+        await deliverer.run_once(now=EXPIRED)
+    assert (await archive_runs(db, older_than_s=DAY, now=NOW)).archived == 1
+
+    def sync_side() -> None:
+        with SyncClient(db_url, registry=REGISTRY) as client:
+            assert client.submit_task(app("k-sync")) == task_id
+            with pytest.raises(TaskIdempotencyConflict):
+                client.submit_task(app("k-sync", argv=("echo", "x")))
+            assert client.get_task(task_id)["archived"] is True
+        with sync_connection(db_url) as conn:  # R24: admission in the caller's transaction
+            assert taskward.submit_task_sync(conn, app("k-sync"), registry=REGISTRY) == task_id
+            with pytest.raises(TaskIdempotencyConflict):
+                taskward.submit_task_sync(conn, app("k-sync", argv=("echo",)), registry=REGISTRY)
+            conn.commit()
+
+    await asyncio.to_thread(sync_side)
+    assert sum((await count_by_status(db)).values()) == 0
