@@ -248,3 +248,18 @@ async def test_the_sync_client_and_a_caller_transaction_see_the_tombstone(
 
     await asyncio.to_thread(sync_side)
     assert sum((await count_by_status(db)).values()) == 0
+
+
+async def test_a_tombstone_written_before_its_move_is_harmless(db: StateDB) -> None:
+    """A batch's tombstones commit before its move (archive.py: an admission racing the move
+    on PostgreSQL then finds the one or the other); a move that never follows leaves a key
+    held twice by the same task, which admission and the checker read as one."""
+    task_id = await admit(db, "k-between")
+    await move(db, task_id, "queued", "cancelled", now=T0 + 1)
+    async with db.transaction(now=NOW) as tx:
+        await tx.execute("archive_tombstones", {"ids": f'["{task_id}"]'})
+    assert await admit(db, "k-between", now=NOW) == task_id
+    with pytest.raises(TaskIdempotencyConflict):
+        await admit(db, "k-between", argv=("echo",), now=NOW)
+    assert "archived" not in await taskward.get_task(db, task_id)
+    await assert_invariants(db, acknowledged={"k-between": task_id}, now=NOW)
