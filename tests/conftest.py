@@ -33,6 +33,22 @@ def _pg_available() -> str | None:
 
 _PG_PROBLEM = _pg_available()
 
+# ``scripts/test`` runs the suite on several pytest-xdist workers with ``--dist loadgroup``. The
+# tests that start many OS processes, or that time their processes, share one worker and run
+# one after another there, so they never compete with each other for a 2-core machine's CPU.
+TESTS_DIR = Path(__file__).resolve().parent
+PROCESS_HEAVY = frozenset({"concurrency", "faults", "stress"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            top = item.path.relative_to(TESTS_DIR).parts[0]
+        except ValueError:
+            continue
+        if top in PROCESS_HEAVY:
+            item.add_marker(pytest.mark.xdist_group("processes"))
+
 
 def pg_schema_url(schema: str) -> str:
     sep = "&" if "?" in PG_URL else "?"

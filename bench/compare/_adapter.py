@@ -55,6 +55,9 @@ def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.
     parser.add_argument("--sqlite-path", default=None, help="the fresh file to use (SQLite)")
     parser.add_argument("--concurrency", type=int, default=None, help="worker concurrency")
     parser.add_argument("--batch", type=int, default=None, help="worker fetch batch size")
+    parser.add_argument(
+        "--processes", type=int, default=1, help="(taskward) worker processes (R26 supervisor)"
+    )
     parser.add_argument("--workdir", default=None, help="where logs and side files go")
     parser.add_argument(
         "--driver",

@@ -86,6 +86,22 @@ def systems(args: argparse.Namespace) -> list[System]:
             WORKLOADS,
             tw_c,
         ),
+        *(
+            System(
+                f"taskward-{backend}-p{n}",
+                "taskward",
+                "SQLite WAL, synchronous=FULL" if backend == "sqlite" else "PostgreSQL",
+                f"{n} processes (--processes {n}), concurrency {args.taskward_concurrency} each",
+                "system_taskward.py",
+                backend,
+                None,
+                ("drain",),
+                (*tw_c, "--processes", str(n)),
+            )
+            for backend in ("sqlite", "postgres")
+            for n in args.taskward_processes
+            if n > 1
+        ),
         System(
             "huey",
             "Huey",
@@ -199,6 +215,10 @@ PAIRS = (
     ("taskward-postgres", "procrastinate"),
     ("taskward-postgres", "pgqueuer-b10"),
     ("taskward-postgres", "pgqueuer-b100"),
+    # R26's worker processes against taskward's own one-process drain (issue 27's goals)
+    ("taskward-sqlite-p2", "taskward-sqlite"),
+    ("taskward-postgres-p2", "taskward-postgres"),
+    ("taskward-postgres-p2", "pgqueuer-b10"),
 )
 
 
@@ -488,6 +508,8 @@ def summarise(results: list[dict[str, Any]], all_systems: list[System]) -> dict[
         "x",
         verdict(x, 1.0, 0.6),
     )
+    x = ratio("taskward-postgres-p2", "taskward-postgres", "drain")
+    goal("no-op drain on PostgreSQL, --processes 2 >= 1.3x one process", x, "x", verdict(x, 1.3))
     x = ratio("taskward-postgres", "procrastinate", "drain")
     goal("drain on PostgreSQL: aim >= 5x Procrastinate; < 3x fails", x, "x", verdict(x, 5.0, 3.0))
     for backend in ("sqlite", "postgres"):
@@ -638,7 +660,7 @@ def print_report(
         if rows_per:
             print(f"  {s.key:17} " + ", ".join(f"{k} {v:.2f}" for k, v in rows_per.items()))
     print()
-    print("goals of issue 7 measured here:")
+    print("goals of issues 7 and 27 measured here:")
     for g in summary["goals"]:
         figure = fmt(g["figure"], ".2f", g["unit"] if g["unit"] == "x" else " ms")
         print(f"  {g['status']:>40}  {figure:>9}  {g['goal']}")
@@ -708,13 +730,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             s.key
             for s in systems(
                 argparse.Namespace(
-                    taskward_concurrency=128, huey_workers=1, procrastinate_concurrency=10
+                    taskward_concurrency=128,
+                    taskward_processes=[1, 2],
+                    huey_workers=1,
+                    procrastinate_concurrency=10,
                 )
             )
         ),
     )
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--taskward-concurrency", type=int, default=128)
+    parser.add_argument(
+        "--taskward-processes",
+        type=lambda text: [int(n) for n in text.split(",") if n],
+        default=[1, 2],
+        help="worker process counts for taskward's drain (R26; 1 is the plain taskward-* "
+        "systems; each other count adds taskward-<backend>-p<N>), e.g. 1,2",
+    )
     parser.add_argument("--procrastinate-concurrency", type=int, default=10)
     parser.add_argument("--huey-workers", type=int, default=1)
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)

@@ -71,11 +71,13 @@ async def migrate(url: str) -> None:
         pass
 
 
-def worker_argv(store: Store, concurrency: int, *, burst: bool) -> list[str]:
+def worker_argv(store: Store, concurrency: int, *, burst: bool, processes: int = 1) -> list[str]:
     script = Path(sys.executable).with_name("taskward")
     head = [str(script)] if script.exists() else [sys.executable, "-m", "taskward.cli.main"]
     argv = [*head, "--db", store.url, "--import", MODULE, "worker", "--quiet"]
     argv += ["--concurrency", str(concurrency)]
+    if processes != 1:  # R26: one supervisor, N worker processes, each this concurrency
+        argv += ["--processes", str(processes)]
     return argv + (["--burst"] if burst else [])
 
 
@@ -178,7 +180,8 @@ def drain(args: argparse.Namespace, store: Store) -> dict[str, Any]:
     concurrency = args.concurrency or DEFAULT_CONCURRENCY
     prefill(store, args.jobs)
     violations: list[str] = []
-    worker = A.Worker(worker_argv(store, concurrency, burst=True), args.workdir, env=worker_env())
+    argv = worker_argv(store, concurrency, burst=True, processes=args.processes)
+    worker = A.Worker(argv, args.workdir, env=worker_env())
     with raw_connection(store) as conn:
         worker.start()
         try:
@@ -207,6 +210,7 @@ def drain(args: argparse.Namespace, store: Store) -> dict[str, Any]:
         args,
         backend=store.backend,
         concurrency=concurrency,
+        processes=args.processes,
         startup_s=float(first) - worker.spawned_wall if first is not None else None,
         violations=violations,
         **A.drain_fields(args.jobs, done, seen - worker.spawned_mono, span),

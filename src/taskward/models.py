@@ -131,7 +131,7 @@ def constructed(cls: type[M], values: dict[str, Any], fields_set: Iterable[str])
 class Actor(BaseModel):
     """Who caused a transition; recorded on its fact as ``<type>:<id>``."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     type: ActorType
     id: str = Field(min_length=1)
@@ -141,7 +141,7 @@ class Actor(BaseModel):
 
 
 class StateReason(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     code: str
     summary: str = ""
@@ -152,7 +152,7 @@ class StateReason(BaseModel):
 class TransitionRequest(BaseModel):
     """A request to move one run along one declared edge (ADR-0072 D3)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     entity_type: str = "schedule_run"
     entity_id: str = Field(min_length=1)
@@ -171,7 +171,7 @@ class TransitionResult(BaseModel):
     is None.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     applied: bool
     conflict: bool = False
@@ -185,7 +185,7 @@ class TransitionResult(BaseModel):
 class CancelResult(BaseModel):
     """The answer to ``request_task_cancel`` (ADR-0072 D5)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     task_id: str
     state: Literal["cancelled", "cancellation_requested", "already_terminal"]

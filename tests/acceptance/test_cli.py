@@ -1,4 +1,6 @@
-"""The ``taskward`` CLI driven as a user drives it: a real subprocess against a real store.
+"""The ``taskward`` CLI driven as a user drives it, against a real store: in-process through
+click's runner (``tests.acceptance.clirun``), and as a real process where the process is the
+point (the console script, ``python -m``, what a start imports).
 
 Every test runs on SQLite and PostgreSQL (the ``db_url`` fixture) and passes ``--db``.
 """
@@ -11,26 +13,15 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from taskward.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK
+from tests.acceptance.clirun import Run, run_cli, run_process
 
 GENERATED_KEY = re.compile(r"cli:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-
-
-@dataclass(frozen=True)
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
 
 
 Taskward = Callable[..., Run]
@@ -38,19 +29,20 @@ Taskward = Callable[..., Run]
 
 @pytest.fixture
 def taskward(db_url: str, tmp_path: Path) -> Taskward:
-    """Run ``python -m taskward.cli.main --db <db_url> ARGS`` in a clean environment."""
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith("TASKWARD_")}
+    """``taskward --db <db_url> ARGS`` in-process, from ``tmp_path``, without TASKWARD_*."""
 
     def run(*args: str, env: Mapping[str, str] | None = None) -> Run:
-        proc = subprocess.run(
-            [sys.executable, "-m", "taskward.cli.main", "--db", db_url, *args],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env={**base_env, **(env or {})},
-            timeout=60,
-        )
-        return Run(proc.returncode, proc.stdout, proc.stderr)
+        return run_cli(db_url, *args, env=env, cwd=tmp_path)
+
+    return run
+
+
+@pytest.fixture
+def taskward_process(db_url: str, tmp_path: Path) -> Taskward:
+    """``python -m taskward.cli.main --db <db_url> ARGS``: a real process."""
+
+    def run(*args: str, env: Mapping[str, str] | None = None) -> Run:
+        return run_process(db_url, *args, env=env, cwd=tmp_path)
 
     return run
 
@@ -81,12 +73,13 @@ def assert_no_traceback(run: Run) -> None:
     assert "Traceback" not in run.stderr, run.stderr
 
 
-def test_migrate_twice_the_second_is_a_no_op(taskward: Taskward) -> None:
-    first = taskward("migrate")
+def test_migrate_twice_the_second_is_a_no_op(taskward_process: Taskward) -> None:
+    """A real process: `python -m taskward.cli.main` end to end."""
+    first = taskward_process("migrate")
     assert first.code == EXIT_OK, first.stderr
     assert "applied 0001_initial" in first.stdout
 
-    second = taskward("migrate", "--json")
+    second = taskward_process("migrate", "--json")
     assert second.code == EXIT_OK, second.stderr
     assert second.json() == {"applied": []}
 
@@ -129,11 +122,15 @@ def test_submit_show_list_and_history_of_a_new_task(taskward: Taskward) -> None:
     listed = taskward("task", "list")
     assert listed.code == EXIT_OK, listed.stderr
     line = next(ln for ln in listed.stdout.splitlines() if task_id in ln)
-    assert line.split()[:5] == [task_id, "queued", "play", "host", "0"]
+    assert line.split()[:4] == [task_id, "queued", "play", "0/3"]  # tries: made/allowed
 
     history = taskward("task", "history", task_id, "--json")
     assert history.code == EXIT_OK, history.stderr
-    assert history.json() == {"task_id": task_id, "transitions": []}  # admission writes no fact
+    assert history.json() == {  # admission writes no fact
+        "task_id": task_id,
+        "transitions": [],
+        "cancel_requests": [],
+    }
 
 
 def test_a_generated_key_is_printed_and_retrying_with_it_returns_the_same_task(

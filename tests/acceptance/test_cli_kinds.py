@@ -27,6 +27,8 @@ def test_kinds_lists_builtins_and_typed_functions_with_their_schemas(taskward: T
     assert text.code == EXIT_OK, text.stderr
     line = next(row for row in text.stdout.splitlines() if row.strip().startswith("weekly"))
     assert "week: integer" in line and "when?: string | null" in line
+    assert "PythonFunctionAdapter (tests.fixtures.typed_tasks:weekly)" in text.stdout
+    assert max(len(row) for row in text.stdout.splitlines()) <= 80  # COLUMNS=80 (fixture)
 
 
 def test_an_unknown_import_is_bad_input(taskward: Taskward) -> None:

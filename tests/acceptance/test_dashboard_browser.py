@@ -137,6 +137,18 @@ def _status_on_page(driver: Any) -> str:
     return _text(driver, '[data-field="status"]')
 
 
+def _confirm(driver: Any) -> str:
+    """Accept the confirmation a button with ``data-confirm`` asks for; returns its text."""
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(expected_conditions.alert_is_present())
+    alert = driver.switch_to.alert
+    text = str(alert.text)
+    alert.accept()
+    return text
+
+
 def test_a_submitted_task_is_seen_completing_without_a_reload(browser: Any, service: str) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -177,6 +189,7 @@ def test_a_task_no_worker_serves_is_cancelled_from_its_page(browser: Any, servic
     assert "daytona" in _text(browser, '[data-field="placement"]')
     assert "<b>never runs</b>" in _text(browser, '[data-region="args"]')  # text, not markup
     browser.find_element(By.ID, "cancel-button").click()
+    assert _confirm(browser).startswith("Cancel this task?")
     try:
         WebDriverWait(browser, WAIT_S, poll_frequency=0.1).until(
             lambda d: _status_on_page(d) == "cancelled"
@@ -215,6 +228,7 @@ def test_an_ended_task_is_retried_from_its_page_and_the_two_link(
         lambda d: d.find_element(By.ID, "retry-button").is_displayed()
     )
     browser.find_element(By.ID, "retry-button").click()
+    _confirm(browser)
     WebDriverWait(browser, WAIT_S, poll_frequency=0.1).until(
         lambda d: "/tasks/" in d.current_url and not d.current_url.endswith(task_id)
     )
@@ -254,6 +268,7 @@ def test_bulk_retry_retries_the_tasks_the_list_shows_now(browser: Any, service: 
     ids = shown_ids(browser)
     assert _text(browser, '[data-region="bulk-count"]') == str(len(ids))
     browser.find_element(By.ID, "bulk-retry-button").click()
+    _confirm(browser)
     WebDriverWait(browser, WAIT_S, poll_frequency=0.1).until(
         lambda d: d.current_url.endswith("/tasks/bulk-retry")
     )
@@ -388,3 +403,164 @@ def test_the_workflow_view_draws_a_chain_and_a_fan_in(
     )
     assert b in _text(browser, '[data-region="depends-on"]')
     assert f in _text(browser, '[data-region="needed-by"]')
+
+
+# -- issue 28: charts, search, bulk actions, one output block, small screens ------------------
+
+FORTY_LINES = "for i in $(seq 1 40); do echo output line $i; done; exit 3"
+
+
+def _wait_status(base: str, task_id: str, statuses: set[str]) -> str:
+    deadline = time.monotonic() + WAIT_S
+    status = ""
+    while time.monotonic() < deadline:
+        status = httpx.get(f"{base}/api/tasks/{task_id}", timeout=10).json()["status"]
+        if status in statuses:
+            return status
+        time.sleep(0.1)
+    pytest.fail(f"task {task_id} is {status}, not {sorted(statuses)}")
+
+
+def _overflow(driver: Any) -> list[str]:
+    """What sticks out of the page sideways: the document's scroll width past the window's, and
+    the first elements whose right edge passes it (a table's own scroller excepted)."""
+    return list(
+        driver.execute_script(
+            "const w = document.documentElement.clientWidth;"
+            "const out = [];"
+            "if (document.documentElement.scrollWidth > w + 1)"
+            "  out.push('document ' + document.documentElement.scrollWidth + ' > ' + w);"
+            "for (const el of document.querySelectorAll('body *')) {"
+            "  if (el.closest('.table-scroll, pre, .dag-scroll')) continue;"
+            "  const r = el.getBoundingClientRect();"
+            "  if (r.width && r.right > w + 1) out.push(el.tagName + '.' + el.className + ' '"
+            "    + Math.round(r.right));"
+            "  if (out.length > 5) break;"
+            "}"
+            "return out;"
+        )
+    )
+
+
+def _shoot(driver: Any, folder: Path, name: str) -> Path:
+    shot = folder / f"{name}.png"
+    assert driver.save_screenshot(str(shot))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    print(f"screenshot {name}: {shot}")
+    return shot
+
+
+def test_pages_charts_search_bulk_retry_and_small_screens(
+    browser: Any, service: str, tmp_path: Path
+) -> None:
+    """Every page renders; the overview's charts have data; a failed task's 40 lines of output
+    show once, in one block, with their newlines, and its page shows no lease; the list's
+    search finds a task by a string in its args; a failed task selected on the list is retried
+    from there (a flash says so, the new task is linked from the old one); at 420 px nothing
+    sticks out sideways. Screenshots of the overview, the list and the task page at 1280 and
+    420 px go to tmp_path."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.1)
+    done = _submit(
+        service,
+        {"action_kind": "command", "args": {"argv": ["echo", "zebra-marker-77"]}},
+    )
+    failed = _submit(
+        service,
+        {
+            "action_kind": "command",
+            "args": {"argv": ["sh", "-c", FORTY_LINES]},
+            "max_attempts": 1,
+        },
+    )
+    _wait_status(service, done, {"completed"})
+    _wait_status(service, failed, {"failed"})
+
+    # Every page renders (a page of an error has its title as h1).
+    for path in ("/", "/tasks", f"/tasks/{failed}", "/workers", "/schedules", "/limits", "/outbox"):
+        browser.get(f"{service}{path}")
+        heading = _text(browser, "h1")
+        assert heading and heading not in {"Not found", "Store unavailable", "Invalid input"}, path
+        assert browser.execute_script("return document.querySelector('main') !== null;"), path
+
+    # The overview: bars with values and a line of queue depth, per kind in use.
+    browser.get(f"{service}/")
+    drawn = browser.execute_script(
+        "return {bars: Array.from(document.querySelectorAll('svg.chart-svg rect.bar'),"
+        "  b => [b.closest('figure').querySelector('figcaption').textContent,"
+        "        parseFloat(b.getAttribute('data-value')), b.getBBox().height]),"
+        " lines: document.querySelectorAll('svg.chart-svg path.line').length,"
+        " kinds: Array.from(document.querySelectorAll('.kind-charts h3'), h => h.textContent)};"
+    )
+    assert drawn["lines"] >= 1
+    assert "command" in drawn["kinds"]
+    assert any(value > 0 and height > 0 for _, value, height in drawn["bars"]), drawn
+    assert any("command: tasks ended" in caption for caption, _, _ in drawn["bars"])
+    _shoot(browser, tmp_path, "overview-1280")
+
+    # The failed task's page: one output block with its 40 lines, no lease, readable evidence.
+    browser.get(f"{service}/tasks/{failed}")
+    output = browser.execute_script(
+        "return document.querySelector('[data-region=\"output\"] pre').textContent;"
+    )
+    assert output.splitlines()[0] == "output line 1"
+    assert output.splitlines()[-1] == "output line 40"
+    body = str(browser.execute_script("return document.querySelector('main').innerText;"))
+    assert body.count("output line 40") == 1, "the output is shown more than once"
+    for gone in ("leased_by", "lease_expires", "deadline"):
+        assert not browser.find_elements(By.CSS_SELECTOR, f'[data-field="{gone}"]')
+    assert _text(browser, '[data-field="error"]') == "exit code 3"
+    assert "UTC" in _text(browser, '[data-field="created"]')
+    assert "output_tail" not in _text(browser, '[data-region="evidence"]')
+    assert "live" in _text(browser, "#live")
+    _shoot(browser, tmp_path, "task-1280")
+
+    # Search by a string in the args.
+    browser.get(f"{service}/tasks")
+    box = browser.find_element(By.NAME, "q")
+    box.send_keys("zebra-marker")
+    box.submit()
+    wait.until(lambda d: "q=zebra-marker" in d.current_url)
+    found = browser.execute_script(
+        "return Array.from(document.querySelectorAll('[data-region=\"tasks\"] td[title]'),"
+        " td => td.getAttribute('title'));"
+    )
+    assert done in found and failed not in found
+    assert _text(browser, '[data-region="count"]') == "1 task match"
+
+    # Bulk retry of a selection: the failed task runs again as a new task.
+    browser.get(f"{service}/tasks?status=failed")
+    _shoot(browser, tmp_path, "tasks-1280")
+    browser.find_element(By.CSS_SELECTOR, f'input.select[value="{failed}"]').click()
+    assert _text(browser, "#selected-count") == "1 selected"
+    browser.find_element(By.ID, "bulk-retry-selected").click()
+    assert _confirm(browser).startswith("Retry the 1 selected tasks?")
+    wait.until(lambda d: "done=retried" in d.current_url)
+    assert _text(browser, "#flash").startswith("retried 1 of 1 selected tasks")
+    browser.get(f"{service}/tasks/{failed}")
+    retried = browser.execute_script(
+        "return Array.from(document.querySelectorAll('[data-region=\"retries\"] a'),"
+        " a => a.textContent);"
+    )
+    assert len(retried) == 1
+    _wait_status(service, retried[0], {"queued", "running", "failed"})
+
+    # At 420 px nothing sticks out sideways.
+    browser.set_window_size(420, 900)
+    try:
+        for name, path in (
+            ("overview", "/"),
+            ("tasks", "/tasks"),
+            ("task", f"/tasks/{failed}"),
+            ("schedules", "/schedules"),
+        ):
+            browser.get(f"{service}{path}")
+            width = browser.execute_script("return document.documentElement.clientWidth;")
+            assert width <= 420
+            assert _overflow(browser) == [], (path, _overflow(browser))
+            if name != "schedules":
+                _shoot(browser, tmp_path, f"{name}-420")
+    finally:
+        browser.set_window_size(1280, 900)

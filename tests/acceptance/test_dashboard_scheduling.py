@@ -53,8 +53,8 @@ def twin_field(regions: dict[str, Any], key: str) -> dict[str, Any] | None:
 def list_row(regions: dict[str, Any], task_id: str) -> dict[str, str]:
     """A task's row of a list region, by column name."""
     table = regions["tasks"] if "tasks" in regions else regions["recent"]
-    for line in table["rows"]:
-        if line[0]["text"] == task_id:
+    for line in table["rows"]:  # the task's cell shows its short id, the whole one as its title
+        if any(c.get("title") == task_id for c in line):
             return {col: c["text"] for col, c in zip(table["columns"], line, strict=True)}
     raise AssertionError(f"{task_id} not listed")
 

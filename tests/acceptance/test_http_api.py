@@ -179,7 +179,7 @@ INVALID: list[tuple[str, Any, str, str]] = [
     ("bad target", {**ECHO, "execution_target": "moon"}, "execution_target", "daytona"),
     ("args not an object", {"action_kind": "command", "args": [1]}, "args", "dictionary"),
     ("kind not a string", {"action_kind": 3}, "action_kind", "string"),
-    ("unknown field", {**ECHO, "urgency": 1}, "urgency", "extra"),
+    ("unknown field", {**ECHO, "urgency": 1}, "urgency", "idempotency_key, required_capabilities"),
     ("empty key", {**ECHO, "idempotency_key": "  "}, "idempotency_key", "non-empty"),
     ("command not allowed", {"action_kind": "command", "args": {"argv": ["rm"]}}, "args", ""),
     ("NaN in args", b'{"action_kind": "command", "args": {"x": NaN}}', "args", "JSON"),
@@ -758,7 +758,12 @@ async def test_schedules_are_created_listed_fired_toggled_and_removed(
     config = HttpConfig(tokens=TOKENS)
     admin = make_client(config, token=ADMIN)
     reader = make_client(config, token=READER)
-    spec = {"name": "hourly", **ECHO, "interval_s": 3600}
+    spec = {
+        "name": "hourly",
+        "action_kind": ECHO["action_kind"],
+        "action_args": ECHO["args"],
+        "interval_s": 3600,
+    }
     created = await admin.post("/api/schedules", json=spec)
     assert created.status_code == 201, created.text
     schedule = created.json()
@@ -792,11 +797,12 @@ async def test_schedules_are_created_listed_fired_toggled_and_removed(
     assert_problem(await admin.get("/api/schedules/nope"), 404)
     runs_before = await rows(db)
     bad = await admin.post("/api/schedules", json={**spec, "name": "bad", "interval_s": None})
-    assert assert_problem(bad, 422)["field"] == "cron"
+    assert assert_problem(bad, 422)["field"] == "cron_expression"
     bad_cron = await admin.post(
-        "/api/schedules", json={**spec, "name": "bad", "interval_s": None, "cron": "61 * * * *"}
+        "/api/schedules",
+        json={**spec, "name": "bad", "interval_s": None, "cron_expression": "61 * * * *"},
     )
-    assert assert_problem(bad_cron, 422)["field"].startswith("cron")
+    assert assert_problem(bad_cron, 422)["field"].startswith("cron_expression")
     assert await rows(db) == runs_before
     assert (
         len(

@@ -44,3 +44,20 @@ def test_serve_without_the_server_extra_names_the_extra(command: str, tmp_path: 
     assert done.returncode == EXIT_FAILURE, (done.stdout, done.stderr)
     assert "pip install 'taskward[server]'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_import_taskward_loads_a_public_name_only_when_it_is_used() -> None:
+    """``import taskward`` is cheap (PEP 562, issue 27's start-up): no store, admission or
+    pydantic until a name is used; every name in ``__all__`` then resolves to its module's own
+    object, and an unknown name is an AttributeError."""
+    done = python(
+        "import sys, taskward\n"
+        "before = sorted(m for m in sys.modules if m.startswith(('taskward.', 'pydantic')))\n"
+        "import importlib\n"
+        "resolved = all(getattr(taskward, n) is getattr(\n"
+        "    importlib.import_module(taskward._MODULE_OF[n]), n) for n in taskward.__all__)\n"
+        "missing = not hasattr(taskward, 'no_such_name')\n"
+        "print(before, resolved, missing, set(taskward.__all__) <= set(dir(taskward)))\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "True", "True", "True"]

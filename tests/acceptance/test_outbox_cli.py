@@ -1,14 +1,10 @@
-"""``taskward outbox list|retry|purge`` driven as an operator drives it: a real subprocess
+"""``taskward outbox list|retry|purge`` driven as an operator drives it: in-process (``clirun``)
 against a real store, on SQLite and PostgreSQL. Rows are set up through the library."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +20,10 @@ from taskward.outbox import (
     list_notifications,
 )
 from taskward.store.port import StateDB
+from tests.acceptance.clirun import Run, run_cli
 from tests.integration.helpers import move, submit
 
 T0 = 1_000_000.0  # 1970: older than any --older-than the tests use
-
-
-@dataclass(frozen=True)
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
 
 
 Taskward = Callable[..., Run]
@@ -44,20 +31,12 @@ Taskward = Callable[..., Run]
 
 @pytest.fixture
 def taskward(db_url: str, tmp_path: Path) -> Taskward:
-    """Run ``python -m taskward.cli.main --db <db_url> ARGS`` in a clean environment."""
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith("TASKWARD_")}
+    """``taskward --db <db_url> ARGS`` in-process (``clirun``), without TASKWARD_*."""
 
     def run(*args: str, env: Mapping[str, str] | None = None) -> Run:
-        proc = subprocess.run(
-            [sys.executable, "-m", "taskward.cli.main", "--db", db_url, *args],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env={**base_env, **(env or {})},
-            timeout=60,
-        )
-        assert "Traceback" not in proc.stderr, proc.stderr
-        return Run(proc.returncode, proc.stdout, proc.stderr)
+        done = run_cli(db_url, *args, env=env, cwd=tmp_path)
+        assert "Traceback" not in done.stderr, done.stderr
+        return done
 
     return run
 
@@ -99,8 +78,10 @@ async def test_list_shows_a_cancelled_tasks_notification(db: StateDB, taskward: 
 
     table = taskward("outbox", "list")
     assert table.code == EXIT_OK, table.stderr
-    line = next(ln for ln in table.stdout.splitlines() if row["id"] in ln)
-    assert line.split()[:5] == [row["id"], "pending", "task_terminal", task_id, "0/10"]
+    lines = table.stdout.splitlines()
+    at = next(i for i, ln in enumerate(lines) if row["id"] in ln)
+    assert lines[at].split()[:4] == [row["id"], "pending", "task_terminal", "0/10"]
+    assert lines[at + 1].strip() == task_id  # the task, under the notification's id
 
     assert (
         taskward("outbox", "list", "--status", "delivered", "--json").json()["notifications"] == []

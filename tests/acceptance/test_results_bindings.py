@@ -1,13 +1,10 @@
 """Stored results (DESIGN.md R22) through every binding, on SQLite and PostgreSQL: the CLI's
-``task wait --result`` (a subprocess), ``GET /api/tasks/{id}/result`` and its OpenAPI entry,
-and the dashboard's task page (httpx against the ASGI app)."""
+``task wait --result`` (in-process, ``clirun``), ``GET /api/tasks/{id}/result`` and its
+OpenAPI entry, and the dashboard's task page (httpx against the ASGI app)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ from taskward.cli.errors import EXIT_FAILURE, EXIT_OK
 from taskward.dashboard.resultview import RESULT_PREVIEW_BYTES
 from taskward.http import HttpConfig, create_app
 from taskward.store import StateDB
+from tests.acceptance.clirun import Run, run_cli
 
 MODULE = "tests.fixtures.result_tasks"
 REGISTRY = build_registry(AdapterConfig(imports=(MODULE,), python_modules=frozenset({MODULE})))
@@ -44,16 +42,8 @@ async def queued(db: StateDB) -> str:
     return await taskward.submit_task(db, app, registry=REGISTRY)
 
 
-def cli(db_url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKWARD_")}
-    return subprocess.run(
-        [sys.executable, "-m", "taskward.cli.main", "--db", db_url, *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=60,
-    )
+def cli(db_url: str, tmp_path: Path, *args: str) -> Run:
+    return run_cli(db_url, *args, cwd=tmp_path)
 
 
 async def test_task_wait_result_prints_the_stored_json(
@@ -79,6 +69,7 @@ async def test_task_wait_result_prints_the_stored_json(
     lost = cli(db_url, tmp_path, "task", "wait", failed, "--result")
     assert lost.returncode == EXIT_FAILURE
     assert lost.stdout.strip() == "failed"
+    assert "reason: result_not_serializable" in lost.stderr  # why, on stderr
     plain = cli(db_url, tmp_path, "task", "wait", done)
     assert (plain.returncode, plain.stdout.strip()) == (EXIT_OK, "completed")
 

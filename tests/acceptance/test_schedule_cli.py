@@ -1,21 +1,17 @@
-"""``taskward schedule ...`` driven as a user drives it: a real subprocess against a real store,
-on SQLite and PostgreSQL."""
+"""``taskward schedule ...`` driven as a user drives it, in-process (``clirun``), against a
+real store, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from taskward.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK
+from tests.acceptance.clirun import Run, run_cli
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 MANUAL_KEY = re.compile(
@@ -23,36 +19,17 @@ MANUAL_KEY = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-
 Taskward = Callable[..., Run]
 
 
 @pytest.fixture
 def taskward(db_url: str, tmp_path: Path) -> Taskward:
-    """``python -m taskward.cli.main --db <db_url> ARGS`` with ``true`` and ``echo`` allowed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKWARD_")}
-    env["TASKWARD_COMMAND_ALLOWLIST"] = "true,echo"
+    """``taskward --db <db_url> ARGS`` in-process (``clirun``), ``true`` and ``echo`` allowed."""
 
     def run(*args: str) -> Run:
-        proc = subprocess.run(
-            [sys.executable, "-m", "taskward.cli.main", "--db", db_url, *args],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env=env,
-            timeout=60,
-        )
-        assert "Traceback" not in proc.stderr, proc.stderr
-        return Run(proc.returncode, proc.stdout, proc.stderr)
+        done = run_cli(db_url, *args, env={"TASKWARD_COMMAND_ALLOWLIST": "true,echo"}, cwd=tmp_path)
+        assert "Traceback" not in done.stderr, done.stderr
+        return done
 
     return run
 

@@ -158,6 +158,9 @@ async def test_one_sigterm_lets_the_running_task_finish_and_exits_0(
         ("completed", "completed"),
     ], output
     assert (await taskward.get_task(db, task_id))["exit_code"] == 0
+    # one line as the task started and one as it ended (issue 28): time, status, kind, id
+    assert re.search(rf"^\d\d:\d\d:\d\d running +command {task_id} attempt 1$", output, re.M)
+    assert re.search(rf"^\d\d:\d\d:\d\d completed command {task_id} \d+\.\ds$", output, re.M)
     assert stopped_in < 60, stopped_in
     # the server stopped with the first signal: nothing listens on its port any more
     with pytest.raises(httpx.ConnectError):

@@ -16,6 +16,17 @@ from taskward.models import EXECUTION_TARGETS
 from taskward.reads import ARGS_INLINE_BYTES, ARGS_PREVIEW_CHARS, ELLIPSIS, REDACTED
 
 TARGET_ENUM = sorted(EXECUTION_TARGETS)
+
+
+def iso_twin(name: str) -> Any:
+    """The ``<name>_iso`` field every answer carries beside an epoch time (web/times.py)."""
+    return Field(
+        default=None,
+        description=f"`{name}` as an ISO 8601 UTC time (`2026-12-05T09:31:12.761Z`); null when "
+        f"`{name}` is. Every `*_at` and `run_after` field has such a twin.",
+    )
+
+
 STATUS_ENUM = [s.value for s in Status]
 
 
@@ -146,6 +157,7 @@ class _TaskColumns(BaseModel):
     idempotency_key: str | None = None
     admission_source: str | None = None
     created_at: float
+    created_at_iso: str | None = iso_twin("created_at")
 
 
 ENV_REDACTED = f'`env` values are shown as `"{REDACTED}"` (the names are kept): they are secrets.'
@@ -193,6 +205,7 @@ class Transition(BaseModel):
     reason_summary: str | None = None
     actor: str | None = None
     created_at: float
+    created_at_iso: str | None = iso_twin("created_at")
 
 
 class TransitionList(BaseModel):
@@ -219,7 +232,9 @@ class DependencyRow(BaseModel):
     status: str = Field(json_schema_extra={"enum": list[JsonValue](STATUS_ENUM)})
     idempotency_key: str | None = None
     created_at: float
+    created_at_iso: str | None = iso_twin("created_at")
     ended_at: float | None = None
+    ended_at_iso: str | None = iso_twin("ended_at")
 
 
 class Dependencies(BaseModel):
@@ -236,6 +251,7 @@ class WorkerOut(BaseModel):
 
     worker_id: str
     last_heartbeat_at: float
+    last_heartbeat_at_iso: str | None = iso_twin("last_heartbeat_at")
     heartbeat_age_s: float
     is_live: bool = Field(description="state == 'live' (kept from before state).")
     state: Literal["live", "stale", "stopped"] = Field(
@@ -298,6 +314,7 @@ class LimitOut(BaseModel):
     recent: int = Field(description="Starts in the rate's window.")
     free: int = Field(description="How many more starts the key admits now.")
     updated_at: float
+    updated_at_iso: str | None = iso_twin("updated_at")
     updated_by: str | None
 
 

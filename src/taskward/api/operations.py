@@ -10,6 +10,7 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from taskward.api.models import iso_twin
 from taskward.api.tasks import IdempotencyHeader, problems
 from taskward.cursors import MAX_CURSOR_LENGTH
 from taskward.errors import NotificationNotFound, ScheduleNotFound, TaskValidationError
@@ -73,8 +74,13 @@ def _no_nul(field: str, value: Any) -> None:
 
 
 class ScheduleCreate(BaseModel):
-    """A schedule: a cadence (exactly one of ``cron`` and ``interval_s``) and the task it
-    admits at every fire, keyed ``schedule:<id>:<nominal-fire-epoch>`` (ADR-0072 D1)."""
+    """A schedule: a cadence (exactly one of ``cron_expression`` and ``interval_s``) and the
+    task it admits at every fire, keyed ``schedule:<id>:<nominal-fire-epoch>`` (ADR-0072 D1).
+
+    The fields are the schedule's own, as ``GET /api/schedules/{ref}`` returns them. ``cron``,
+    ``args`` and ``start_at`` are the earlier names of ``cron_expression``, ``action_args`` and
+    ``anchor_at``: still accepted (deprecated, answered with a ``Deprecation`` header; removed
+    in a later release); a field and its earlier name together are a 422."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -83,8 +89,8 @@ class ScheduleCreate(BaseModel):
                 {
                     "name": "nightly-report",
                     "action_kind": "command",
-                    "args": {"argv": ["echo", "report"]},
-                    "cron": "0 2 * * *",
+                    "action_args": {"argv": ["echo", "report"]},
+                    "cron_expression": "0 2 * * *",
                     "timezone": "UTC",
                 }
             ]
@@ -93,15 +99,17 @@ class ScheduleCreate(BaseModel):
 
     name: str
     action_kind: str
-    args: dict[str, Any] = Field(default_factory=dict)
+    action_args: dict[str, Any] | None = Field(
+        default=None, description="The admitted task's args (a JSON object; default {})."
+    )
     execution_target: str = "host"
     required_capabilities: list[str] = Field(default_factory=list)
     library_ref: str | None = None
     library_content_hash: str | None = None
-    cron: str | None = Field(default=None, description="Five-field cron expression.")
+    cron_expression: str | None = Field(default=None, description="Five-field cron expression.")
     interval_s: int | None = Field(default=None, description="Seconds between fires.")
     timezone: str = "UTC"
-    start_at: int | None = Field(default=None, description="Epoch second intervals count from.")
+    anchor_at: int | None = Field(default=None, description="Epoch second intervals count from.")
     misfire_policy: str = Field(
         default=DEFAULT_MISFIRE_POLICY, json_schema_extra=_enum(MISFIRE_POLICIES)
     )
@@ -111,6 +119,58 @@ class ScheduleCreate(BaseModel):
         default=DEFAULT_OVERLAP_POLICY, json_schema_extra=_enum(OVERLAP_POLICIES)
     )
     enabled: bool = True
+    # The earlier names (see above); pydantic marks them deprecated in the OpenAPI document.
+    cron: str | None = Field(default=None, deprecated="use cron_expression")
+    args: dict[str, Any] | None = Field(default=None, deprecated="use action_args")
+    start_at: int | None = Field(default=None, deprecated="use anchor_at")
+
+
+# The schedule's field (as stored and returned) -> the library's parameter, its earlier name.
+SCHEDULE_RENAMES: Final = {
+    "cron_expression": "cron",
+    "action_args": "args",
+    "anchor_at": "start_at",
+}
+
+
+def schedule_arguments(body: ScheduleCreate) -> tuple[dict[str, Any], list[str]]:
+    """``create_schedule``'s keyword arguments from a body, and the earlier names it used.
+
+    Raises:
+        TaskValidationError: a field and its earlier name both given.
+    """
+    fields = body.model_dump(exclude_unset=True)
+    used_old = []
+    for field, old in SCHEDULE_RENAMES.items():
+        if field in fields and old in fields:
+            raise TaskValidationError(
+                field,
+                fields[field],
+                f"{field} alone ({old} is its deprecated name)",
+                message=f"{field} and {old} are the same field ({old} is its deprecated name): "
+                f"give {field} only",
+            )
+        if old in fields:
+            used_old.append(old)
+        elif field in fields:
+            fields[old] = fields.pop(field)
+    if fields.get("args") is None:
+        fields.pop("args", None)
+    return fields, used_old
+
+
+def _renamed(exc: TaskValidationError, used_old: list[str]) -> TaskValidationError:
+    """A library error named by the library's parameter (``cron``, ``args.argv``), named by
+    the body's field instead when the body used the current name."""
+    for field, old in SCHEDULE_RENAMES.items():
+        if old in used_old:
+            continue
+        if exc.field == old or exc.field.startswith((f"{old}.", f"{old}[")):
+            exc.field = field + exc.field[len(old) :]
+            if exc.message.startswith(old):
+                exc.message = field + exc.message[len(old) :]
+            break
+    return exc
 
 
 class ScheduleOut(BaseModel):
@@ -123,6 +183,7 @@ class ScheduleOut(BaseModel):
     enabled: bool
     action_kind: str
     next_fire_at: int | None = None
+    next_fire_at_iso: str | None = iso_twin("next_fire_at")
 
 
 class ScheduleList(BaseModel):
@@ -182,20 +243,27 @@ async def schedules(
 )
 async def create(
     request: Request,
+    response: Response,
     body: ScheduleCreate,
     _principal: Annotated[Principal, Depends(require("submit"))],
     db: Db,
 ) -> dict[str, Any]:
     """Validated like a submission (the template goes through admission's validation); a bad
-    field is a 422 naming it, and nothing is stored."""
-    fields = body.model_dump()
-    for name, value in fields.items():
-        _no_nul(name, value)
-    row = await create_schedule(
-        db,
-        **fields,
-        registry=services_of(request).registry,
-    )
+    field is a 422 naming it, and nothing is stored. The earlier names ``cron``, ``args`` and
+    ``start_at`` are deprecated: the answer then has a ``Deprecation: true`` header."""
+    fields, used_old = schedule_arguments(body)
+    try:
+        for name, value in fields.items():
+            _no_nul(name, value)
+        row = await create_schedule(
+            db,
+            **fields,
+            registry=services_of(request).registry,
+        )
+    except TaskValidationError as exc:
+        raise _renamed(exc, used_old) from None
+    if used_old:
+        response.headers["Deprecation"] = "true"
     return row
 
 

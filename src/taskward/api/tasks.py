@@ -55,6 +55,7 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
         409: "The idempotency key already admitted a different application, (retry) the "
         "task has not ended, or (result) the task is not completed.",
         413: "The request body is over the limit.",
+        415: "A body without Content-Type: application/json.",
         422: "Invalid input: the problem names the field and what is allowed. Nothing stored.",
         429: "Too many failed authentications from this address; retry after Retry-After "
         "seconds (no token is checked meanwhile).",
@@ -62,6 +63,8 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     }
     if 401 in codes:  # every route that checks a token may refuse to while a client guesses
         codes = (*codes, 429)
+    if 413 in codes:  # every route that takes a body refuses one that is not JSON
+        codes = (*codes, 415)
     return {
         code: {
             "model": Problem,

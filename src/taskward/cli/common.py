@@ -30,6 +30,7 @@ from taskward import (
     durations,
     open_db,
 )
+from taskward.applications import MAX_ARGS_BYTES
 from taskward.cli.output import Output
 from taskward.store.open import DEFAULT_URL
 
@@ -112,8 +113,61 @@ def parse_time(option: str, text: str) -> float:
     return value
 
 
+# ``--args @FILE`` / ``--args -``: the most text read. Twice admission's bound on the args'
+# canonical JSON (applications.MAX_ARGS_BYTES), so an indented file of legal args always fits;
+# admission then checks the canonical size itself.
+MAX_ARGS_TEXT_BYTES: Final = 2 * MAX_ARGS_BYTES
+
+
+def read_args_text(text: str) -> str:
+    """``--args``'s JSON text: the value itself, ``@FILE``'s content or, for ``-``, stdin's.
+
+    Reads at most ``MAX_ARGS_TEXT_BYTES`` (more is refused, naming the bound), as UTF-8. A
+    large argument goes through a file or stdin: a command line has a size limit of its own
+    (the shell's "Argument list too long")."""
+    if text != "-" and not text.startswith("@"):
+        return text
+    source = "stdin" if text == "-" else text[1:]
+    data: bytes
+    try:
+        if text == "-":
+            data = sys.stdin.buffer.read(MAX_ARGS_TEXT_BYTES + 1)
+        else:
+            with open(source, "rb") as handle:
+                data = handle.read(MAX_ARGS_TEXT_BYTES + 1)
+    except OSError as exc:
+        raise TaskValidationError(
+            "--args",
+            text,
+            "a JSON object, @FILE or - (stdin)",
+            message=f"--args {text}: cannot read {source}: {exc.strerror or exc}",
+        ) from exc
+    if len(data) > MAX_ARGS_TEXT_BYTES:
+        raise TaskValidationError(
+            "--args",
+            text,
+            f"at most {MAX_ARGS_TEXT_BYTES} bytes",
+            message=f"--args {text}: {source} is larger than {MAX_ARGS_TEXT_BYTES} bytes "
+            f"(a task's args are at most {MAX_ARGS_BYTES} bytes of JSON)",
+        )
+    try:
+        decoded: str = data.decode("utf-8-sig")
+        return decoded
+    except UnicodeDecodeError as exc:
+        raise TaskValidationError(
+            "--args",
+            text,
+            "UTF-8 JSON text",
+            message=f"--args {text}: {source} is not UTF-8 ({exc.reason} at byte {exc.start})",
+        ) from exc
+
+
 def parse_args(text: str) -> dict[str, Any]:
-    """``--args`` is JSON only (json.loads; never evaluated) and must be an object."""
+    """``--args`` is JSON only (json.loads; never evaluated) and must be an object; ``@FILE``
+    and ``-`` read it from a file or stdin (``read_args_text``)."""
+    source = text
+    text = read_args_text(text)
+    where = "" if source is text else f" ({source})"
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -121,14 +175,15 @@ def parse_args(text: str) -> dict[str, Any]:
             "--args",
             text,
             "a JSON object",
-            message=f"--args is not valid JSON ({exc}); pass a JSON object such as '{{\"a\": 1}}'",
+            message=f"--args{where} is not valid JSON ({exc}); pass a JSON object such as "
+            "'{\"a\": 1}', @FILE or - (stdin)",
         ) from exc
     if not isinstance(value, dict):
         raise TaskValidationError(
             "--args",
             text,
             "a JSON object",
-            message=f"--args must be a JSON object, not a JSON {type(value).__name__}",
+            message=f"--args{where} must be a JSON object, not a JSON {type(value).__name__}",
         )
     return value
 
@@ -209,8 +264,9 @@ def template_options(fn: Any) -> Any:
             "--args",
             "args_text",
             default="{}",
-            metavar="JSON",
-            help="The task's arguments as a JSON object.",
+            metavar="JSON|@FILE|-",
+            help="The task's arguments as a JSON object, or @FILE to read it from FILE, or - "
+            "from stdin (at most 2 MiB of text).",
         ),
         click.option(
             "--target",

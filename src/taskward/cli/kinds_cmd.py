@@ -8,11 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from rich import box
-from rich.table import Table
 from rich.text import Text
 
 from taskward.cli.common import CliState, json_option, pass_state, registry_for
+from taskward.cli.output import new_table
 
 
 def _kind_rows(state: CliState) -> list[dict[str, Any]]:
@@ -56,15 +55,16 @@ def kinds(state: CliState) -> None:
     if out.is_json:
         out.json(rows)
         return
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    # Fits 80 columns (issue 28): the arguments beside the kind, its adapter on the line below.
+    table = new_table()
     table.add_column("kind", no_wrap=True)
-    table.add_column("adapter", no_wrap=True)
-    table.add_column("arguments", overflow="fold")
+    table.add_column("arguments / adapter", overflow="fold")
     for row in rows:
         target = f" ({row['target']})" if row["target"] else ""
         table.add_row(
             row["kind"],
-            Text(f"{row['adapter']}{target}"),
-            Text(_arguments(row["args_schema"])),
+            Text(_arguments(row["args_schema"]), overflow="fold").append(
+                f"\n{row['adapter']}{target}", style="dim"
+            ),
         )
     out.out.print(table)

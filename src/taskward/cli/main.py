@@ -18,6 +18,7 @@ from taskward import (
     Status,
     TaskApplication,
     get_task,
+    list_task_events,
     list_tasks,
     list_transitions,
     request_task_cancel,
@@ -41,9 +42,11 @@ from taskward.cli.common import (
     with_db,
 )
 from taskward.cli.errors import EXIT_OK, report
+from taskward.cli.output import cancel_requests
 from taskward.cli.retention_cmd import archive, prune
 from taskward.cli.tree_cmd import task_tree
-from taskward.cli.worker_cmd import task_wait, worker
+from taskward.cli.wait_cmd import task_wait
+from taskward.cli.worker_cmd import worker
 from taskward.cli.workers_cmd import worker_list, worker_prune
 from taskward.fields import run_after_for_delay
 from taskward.models import EXECUTION_TARGETS, check_key
@@ -70,6 +73,7 @@ DEFAULT_LIST_LIMIT = 20
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+@click.version_option(package_name="taskward", prog_name="taskward", message="%(prog)s %(version)s")
 @click.option(
     "--db",
     "db_url",
@@ -286,12 +290,18 @@ def task_list(
 @json_option
 @pass_state
 def task_history(state: CliState, task_id: str) -> None:
-    """Show a task's status transitions, oldest first."""
-    facts = with_db(state.db_url, lambda db: list_transitions(db, task_id))
+    """Show a task's status transitions, oldest first, and the cancel requests among them
+    (with their reason and who asked)."""
+
+    async def work(db: StateDB) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        facts = await list_transitions(db, task_id)
+        return facts, cancel_requests(await list_task_events(db, task_id))
+
+    facts, cancels = with_db(state.db_url, work)
     if state.output.is_json:
-        state.output.json({"task_id": task_id, "transitions": facts})
+        state.output.json({"task_id": task_id, "transitions": facts, "cancel_requests": cancels})
     else:
-        state.output.transitions(facts)
+        state.output.transitions(facts, cancels)
 
 
 @task.command("cancel")
@@ -303,13 +313,10 @@ def task_history(state: CliState, task_id: str) -> None:
 def task_cancel(state: CliState, task_id: str, key: str | None, reason: str) -> None:
     """Cancel a task: at once when no worker holds it, else ask its worker to stop."""
     out = state.output
-    generated = key is None
+    # No notice for a generated key: repeating a cancel is harmless (a second request of a
+    # cancelled task answers already_terminal), so only admission announces its key.
     key = generated_key() if key is None else key
-    validate_cancel_request(key, reason)  # bad input exits 2 before a key is announced
-    if generated:
-        out.notice(
-            f"generated idempotency key {key}; to retry this request safely, pass --key {key}"
-        )
+    validate_cancel_request(key, reason)
     actor = operator()
     result = with_db(
         state.db_url,

@@ -9,12 +9,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
-from rich import box
-from rich.table import Table
-from rich.text import Text
 
 from taskward.cli.common import CliState, json_option, pass_state, with_db
-from taskward.cli.output import format_time
+from taskward.cli.output import ID_WIDTH, cell, first_line, new_table, short_time, stacked
 from taskward.outbox import (
     DEFAULT_TTL_S,
     MAX_LIST_LIMIT,
@@ -27,39 +24,32 @@ from taskward.outbox import (
 DEFAULT_LIST_LIMIT = 20
 
 
-def _cell(value: Any) -> Text:
-    if value is None or value == "":
-        return Text("-", style="dim")
-    return Text(str(value))
-
-
 def _render(state: CliState, rows: Sequence[Mapping[str, Any]], next_cursor: str | None) -> None:
+    """Each notification is its id with its task and last error under it, then its status,
+    kind, attempts (made/allowed) and its next attempt or delivery (UTC): 80 columns fit."""
     out = state.output
     if not rows:
         out.line("no notifications")
     else:
-        table = Table(box=box.SIMPLE_HEAD, show_edge=False)
-        table.add_column("id", no_wrap=True, min_width=36)
+        table = new_table()
+        table.add_column("id / task / last error", no_wrap=True, max_width=ID_WIDTH)
         table.add_column("status", no_wrap=True)
-        table.add_column("kind", no_wrap=True)
-        table.add_column("task", no_wrap=True, min_width=36)
-        table.add_column("attempts", justify="right", no_wrap=True)
-        table.add_column("next attempt / delivered", no_wrap=True)
-        table.add_column("last error", overflow="fold")
+        table.add_column("kind", overflow="fold")
+        table.add_column("tries", justify="right", no_wrap=True)
+        table.add_column("next/done", no_wrap=True)
         for row in rows:
             when = row["delivered_at"] if row["status"] == "delivered" else row["next_attempt_at"]
             if row["status"] in ("dead_letter", "expired"):
                 when = None
+            error = first_line(row["last_error"])
             table.add_row(
-                _cell(row["id"]),
-                _cell(row["status"]),
-                _cell(row["kind"]),
-                _cell(row["schedule_run_id"]),
-                _cell(f"{row['attempts']}/{row['max_attempts']}"),
-                _cell(None if when is None else format_time(when)),
-                _cell(row["last_error"]),
+                stacked(row["id"], row["schedule_run_id"], f"error: {error}" if error else ""),
+                cell(row["status"]),
+                cell(row["kind"]),
+                cell(f"{row['attempts']}/{row['max_attempts']}"),
+                cell(None if when is None else short_time(when)[:-3]),
             )
-        out.out.print(table)
+        out.out.print(table, width=out.width)
     if next_cursor:
         out.line(f"next page: --cursor {next_cursor}")
 

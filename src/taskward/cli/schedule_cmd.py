@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import click
-from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -21,7 +21,7 @@ from taskward.cli.common import (
     template_options,
     with_db,
 )
-from taskward.cli.output import format_time
+from taskward.cli.output import ID_WIDTH, cell, format_time, new_table, stacked, until
 from taskward.schedules import (
     DEFAULT_CATCH_UP_MAX,
     DEFAULT_MISFIRE_GRACE_S,
@@ -74,27 +74,26 @@ def state_text(row: Mapping[str, Any]) -> str:
 
 
 def _schedules_table(rows: list[Row]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
-    table.add_column("id", no_wrap=True, min_width=36)
-    table.add_column("name", overflow="fold")
-    table.add_column("cadence", overflow="fold")
+    """Each schedule is its id with its name and cadence under it, then its state, kind, next
+    fire (from now; none while disabled), fires and skips (overlap + misfire; ``--json`` has
+    each): 80 columns fit."""
+    table = new_table()
+    table.add_column("id / name / cadence", no_wrap=True, max_width=ID_WIDTH)
     table.add_column("state", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
-    table.add_column("next fire", no_wrap=True)
-    table.add_column("last fire", no_wrap=True)
-    table.add_column("fires", justify="right")
-    table.add_column("skips o/m", justify="right")
+    table.add_column("kind", overflow="fold")
+    table.add_column("next", justify="right", no_wrap=True)
+    table.add_column("fires", justify="right", no_wrap=True)
+    table.add_column("skips", justify="right", no_wrap=True)
+    now = time.time()
     for row in rows:
+        upcoming = row["next_fire_at"] if state_text(row) == "enabled" else None
         table.add_row(
-            Text(row["id"]),
-            Text(row["name"]),
-            Text(cadence_text(row)),
+            stacked(row["id"], row["name"], cadence_text(row)),
             Text(state_text(row)),
             Text(row["action_kind"]),
-            Text(format_time(row["next_fire_at"])),
-            Text(format_time(row["last_fire_at"])),
+            cell(None if upcoming is None else until(upcoming, now)),
             Text(str(row["fire_count"])),
-            Text(f"{row['overlap_skips']}/{row['misfire_skips']}"),
+            Text(str(row["overlap_skips"] + row["misfire_skips"])),
         )
     return table
 
@@ -240,7 +239,7 @@ def schedule_list(state: CliState, include_removed: bool, limit: int) -> None:
     elif not rows:
         state.output.line("no schedules")
     else:
-        state.output.out.print(_schedules_table(rows))
+        state.output.out.print(_schedules_table(rows), width=state.output.width)
 
 
 @schedule.command("show")

@@ -27,6 +27,7 @@ import uvicorn
 
 from taskward import AdapterConfig, StateDB, TaskAdapterRegistry
 from taskward.cli.common import CliState, pass_state, registry_for, run_worker_loop
+from taskward.cli.tasklines import TaskLines, fan_out
 from taskward.http import HttpConfig, Metrics, create_app
 from taskward.models import EXECUTION_TARGETS
 from taskward.runtime import WorkerConfig, WorkerRuntime
@@ -149,6 +150,7 @@ async def run_service(
     worker_config: WorkerConfig | None,
     example_allowed: bool,
     unfenced: tuple[str, ...] = (),
+    quiet: bool = False,
 ) -> int:
     """Serve until a signal; with ``worker_config``, run a worker runtime beside the server.
 
@@ -182,6 +184,7 @@ async def run_service(
             worker_config=worker_config,
             example_allowed=example_allowed,
             unfenced=unfenced,
+            quiet=quiet,
         )
     finally:
         await store.close()
@@ -201,6 +204,7 @@ async def _serve(
     worker_config: WorkerConfig | None,
     example_allowed: bool,
     unfenced: tuple[str, ...],
+    quiet: bool,
 ) -> int:
     metrics = Metrics()
     app = create_app(store, registry, http_config, metrics=metrics)
@@ -224,7 +228,8 @@ async def _serve(
         """The worker half of ``up``: it starts once the store is open."""
         nonlocal runtime
         db = await asyncio.shield(opening)  # raises a permanent store error
-        runtime = WorkerRuntime(db, registry, config, on_event=metrics.worker_event)
+        lines = None if quiet else TaskLines(lambda task_id: _kind_of(runtime, task_id))
+        runtime = WorkerRuntime(db, registry, config, on_event=fan_out(metrics.worker_event, lines))
         return await runtime.run()
 
     def on_signal() -> None:
@@ -297,6 +302,14 @@ async def _serve(
             loop.remove_signal_handler(sig)
     click.echo(f"taskward {command}: stopped", err=True)
     return code
+
+
+def _kind_of(runtime: WorkerRuntime | None, task_id: str) -> str | None:
+    """A claimed task's action kind, from the worker's side channel (None once released)."""
+    try:
+        return str(runtime.source.claimed(task_id).row["action_kind"]) if runtime else None
+    except KeyError:
+        return None
 
 
 def _serve_options(fn: Any) -> Any:
@@ -398,6 +411,7 @@ def serve(
     help="Let command and python run anything (the default on a loopback address), or only "
     "what TASKWARD_COMMAND_ALLOWLIST / TASKWARD_PYTHON_MODULES allow (the default elsewhere).",
 )
+@click.option("--quiet", is_flag=True, help="No per-task lines (a task's start and end).")
 @pass_state
 def up(
     state: CliState,
@@ -409,9 +423,13 @@ def up(
     targets: tuple[str, ...],
     capabilities: tuple[str, ...],
     allow_all: bool | None,
+    quiet: bool,
 ) -> int:
     """Run everything in one process: API, dashboard and a worker (with its reaper, scheduler
-    and outbox deliverer), on the embedded SQLite default unless --db says otherwise."""
+    and outbox deliverer), on the embedded SQLite default unless --db says otherwise.
+
+    Each task's start and end is a line on stderr (time, status, kind, id, duration, a
+    failure's reason); --quiet leaves them out."""
     http_config = _http_config(api_tokens_file, max_body_bytes)
     http_config.check_listen_address(host)
     if allow_all is None:
@@ -452,5 +470,6 @@ def up(
             worker_config=worker_config,
             example_allowed=allowlist is None or "echo" in allowlist,
             unfenced=unfenced,
+            quiet=quiet,
         )
     )

@@ -1,10 +1,7 @@
-"""``taskward worker``: the resident host over the local store, and ``taskward task wait``
-(``--result``: the completed task's stored result, R22)."""
+"""``taskward worker``: the resident host over the local store."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import sys
 import time
@@ -13,11 +10,10 @@ from typing import Any
 
 import click
 
-from taskward import StateDB, get_task, get_task_result, list_transitions, open_db
+from taskward import open_db
 from taskward.claims import MIN_RENEWABLE_LEASE_TTL_SECONDS
-from taskward.cli.common import CliState, json_option, pass_state, registry_for, run_worker_loop
+from taskward.cli.common import CliState, registry_for, run_worker_loop
 from taskward.host.models import Task
-from taskward.lifecycle import TERMINAL
 from taskward.models import EXECUTION_TARGETS
 from taskward.runtime import WorkerConfig, WorkerRuntime
 from taskward.supervisor import MAX_PROCESSES, resolve_processes, run_supervisor
@@ -298,97 +294,3 @@ def worker(
             return code
 
     return run_worker_loop(run())
-
-
-@click.command("wait")
-@click.argument("task_id", metavar="ID")
-@click.option("--timeout", type=click.FloatRange(min=0.0), help="Give up after this many seconds.")
-@click.option(
-    "--interval",
-    type=click.FloatRange(min=0.01),
-    default=0.25,
-    show_default=True,
-    help="Seconds between looks at the store.",
-)
-@click.option(
-    "--result",
-    "show_result",
-    is_flag=True,
-    help="On completion print the task's stored result as JSON on stdout (R22; the status "
-    "line goes to stderr).",
-)
-@json_option
-@pass_state
-def task_wait(
-    state: CliState, task_id: str, timeout: float | None, interval: float, show_result: bool
-) -> int:
-    """Follow a task to its end; exit 0 if it completed, 1 otherwise (or on --timeout).
-
-    With --result, a completed task's return value (its stored JSON; null when it returned
-    nothing) is printed on stdout, ready for a pipe; a task that did not complete prints and
-    exits as without it."""
-    out = state.output
-
-    async def follow(db: StateDB) -> tuple[dict[str, Any], bool]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        printed = 0
-        status_line = None
-        if not out.is_json and sys.stderr.isatty():
-            from rich.console import Console
-
-            status_line = Console(stderr=True).status(f"waiting for {task_id}")
-            status_line.start()
-        try:
-            while True:
-                row = await get_task(db, task_id)
-                if not out.is_json:
-                    facts = (
-                        await list_transitions(db, task_id)
-                        if row["status"] != "queued" or printed
-                        else []
-                    )
-                    for fact in facts[printed:]:
-                        click.echo(
-                            f"{fact['previous_status']} -> {fact['status']} "
-                            f"({fact['reason_code']})",
-                            err=True,
-                        )
-                    printed = max(printed, len(facts))
-                    if status_line is not None:
-                        status_line.update(f"waiting for {task_id}: {row['status']}")
-                if row["status"] in TERMINAL:
-                    return row, False
-                if deadline is not None and time.monotonic() >= deadline:
-                    return row, True
-                await asyncio.sleep(interval)
-        finally:
-            if status_line is not None:
-                status_line.stop()
-
-    async def run() -> tuple[dict[str, Any], bool, Any]:
-        async with open_db(state.db_url) as db:
-            row, timed_out = await follow(db)
-            completed = row["status"] == "completed"
-            value = await get_task_result(db, task_id) if show_result and completed else None
-            return row, timed_out, value
-
-    row, timed_out, value = asyncio.run(run())
-    completed = row["status"] == "completed"
-    if out.is_json:
-        answer = {
-            "task_id": task_id,
-            "status": row["status"],
-            "timed_out": timed_out,
-            "exit_code": row["exit_code"],
-            "error_detail": row["error_detail"],
-        }
-        if show_result:
-            answer["result"] = value
-        out.json(answer)
-    elif show_result and completed:
-        click.echo(row["status"], err=True)
-        out.line(json.dumps(value, indent=2, ensure_ascii=False))
-    else:
-        suffix = " (still running: --timeout reached)" if timed_out else ""
-        out.line(f"{row['status']}{suffix}")
-    return 0 if completed else 1

@@ -465,3 +465,9 @@ async def logout(request: Request) -> Response:
     response = secure(RedirectResponse("/login" if services.config.auth_required else "/", 303))
     clear_session_cookie(services.config, response)
     return response
+
+
+# For the form posts beside this module (``bulkactions``): the same checks and answers.
+operate = _operate
+bulk_ids = _bulk_ids
+form_key = _form_key

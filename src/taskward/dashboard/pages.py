@@ -5,7 +5,6 @@ page updates without a reload). Reads only: every value comes from the library's
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 from urllib.parse import quote, urlencode
@@ -14,27 +13,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from taskward.cursors import MAX_CURSOR_LENGTH
-from taskward.dashboard import graphviews, limitviews, opsviews, views, workerviews
+from taskward.dashboard import limitviews, opsviews, scheduleviews, views, workerviews
 from taskward.dashboard.render import html, secure
-from taskward.dashboard.resultview import result_regions
 from taskward.dashboard.session import Session, new_session, session_principal
-from taskward.dependencies import task_dependencies
 from taskward.errors import StoreError, TaskNotFound, TaskValidationError
-from taskward.lifecycle import Status, is_terminal
 from taskward.limits import list_limits
 from taskward.outbox import count_notifications, list_notifications
-from taskward.placement import placement_reason
 from taskward.reads import (
-    count_by_status_and_target,
-    get_task,
-    list_retries,
-    list_task_events,
-    list_tasks,
-    list_transitions,
     list_workers,
 )
-from taskward.registry import DEFAULT_ALIASES
-from taskward.results import read_task_result
 from taskward.schedules import list_schedules
 from taskward.store import StateDB
 from taskward.web.auth import ANONYMOUS, Principal, anonymous
@@ -139,7 +126,8 @@ async def _page(
     )
 
 
-# For the page modules beside this one (``graphpages``): the same access, errors and template.
+# For the page modules beside this one (``graphpages``, ``taskpages``): the same access, errors
+# and template, and the same answer to a data request.
 render_page = _page
 
 
@@ -183,25 +171,7 @@ async def _workers(db: StateDB, services: Services, limit: int = 200) -> list[di
     return await list_workers(db, heartbeat_ttl=services.config.heartbeat_ttl_s, limit=limit)
 
 
-async def overview_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
-    pairs = await count_by_status_and_target(db)
-    recent, _ = await list_tasks(db, limit=15)
-    workers = await _workers(db, services, 50)
-    return {
-        **views.overview_regions(pairs, recent, await db.now()),
-        **workerviews.workers_regions(workers),
-    }
-
-
-def _filters(request: Request) -> dict[str, str | None]:
-    q = request.query_params
-    filters = {name: (q.get(name) or "").strip() or None for name in ("status", "kind", "target")}
-    for name, value in filters.items():
-        if value is not None and (len(value) > 255 or "\x00" in value):
-            raise TaskValidationError(name, value[:40], "a short value without NUL characters")
-    if filters["target"] is not None and filters["target"] not in views.TARGETS:
-        raise TaskValidationError("target", filters["target"], views.TARGETS)
-    return filters
+workers_of = _workers
 
 
 def _cursor(request: Request) -> str | None:
@@ -215,21 +185,6 @@ def _cursor(request: Request) -> str | None:
     return cursor
 
 
-async def tasks_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
-    filters = _filters(request)
-    kind = filters["kind"]
-    cursor = _cursor(request)
-    rows, next_cursor = await list_tasks(
-        db,
-        status=filters["status"],
-        action_kind=DEFAULT_ALIASES.get(kind, kind) if kind else None,
-        execution_target=filters["target"],
-        limit=views.PAGE_SIZE,
-        cursor=cursor,
-    )
-    return views.tasks_regions(rows, next_cursor, filters, await db.now())
-
-
 def _task_id(request: Request) -> str:
     task_id = str(request.path_params["task_id"])
     if "\x00" in task_id or len(task_id) > 255:
@@ -238,40 +193,6 @@ def _task_id(request: Request) -> str:
 
 
 task_id_of = _task_id
-
-
-async def _task_regions(db: StateDB, request: Request, *, with_retries: bool) -> dict[str, Any]:
-    task_id = _task_id(request)
-    row = await get_task(db, task_id)
-    now = await db.now()
-    placement = await placement_reason(db, task_id, now=now) if row["status"] == "queued" else None
-    facts = await list_transitions(db, task_id)
-    events = await list_task_events(db, task_id)
-    retries = None
-    if with_retries and is_terminal(row["status"]):  # only an ended task is retried (R19)
-        retries = await list_retries(db, task_id, limit=views.PAGE_SIZE)
-    regions = views.task_regions(row, placement, facts, events, retries, now=now)
-    live = not row.get("archived")  # an archived task (R23): its row and history alone
-    stored = await read_task_result(db, task_id) if row["status"] == "completed" and live else None
-    regions.update(result_regions(task_id, stored))  # R22
-    links: dict[str, Any] = {"parents": [], "children": []}
-    if live:
-        links = await task_dependencies(db, task_id)  # R21: "Depends on", "Needed by", and why
-    regions.update(graphviews.dependency_regions(task_id, links["parents"], links["children"]))
-    waiting = graphviews.waiting_item(row, links["parents"])
-    if waiting is not None:
-        regions["fields"]["items"].append(waiting)
-    return regions
-
-
-async def task_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
-    """The task's page as it polls: without its "Retried as", read when the page is rendered
-    (``task_page_data``) and not every two seconds (a retry made elsewhere shows on reload)."""
-    return await _task_regions(db, request, with_retries=False)
-
-
-async def task_page_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
-    return await _task_regions(db, request, with_retries=True)
 
 
 async def workers_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
@@ -283,73 +204,8 @@ async def workers_data(db: StateDB, services: Services, request: Request) -> dic
 # -- pages ----------------------------------------------------------------------------------
 
 
-@router.get("/")
-async def overview_page(request: Request) -> Response:
-    return await _page(request, "overview.html", overview_data, "/ui/data/overview")
-
-
-@router.get("/ui/data/overview")
-async def overview_json(request: Request) -> Response:
-    return await _data(request, overview_data)
-
-
 def _query_suffix(request: Request) -> str:
     return f"?{request.url.query}" if request.url.query else ""
-
-
-@router.get("/tasks")
-async def tasks_page(request: Request) -> Response:
-    q = request.query_params
-    return await _page(
-        request,
-        "tasks.html",
-        tasks_data,
-        "/ui/data/tasks" + _query_suffix(request),
-        statuses=[s.value for s in Status],
-        targets=views.TARGETS,
-        selected={name: q.get(name) or "" for name in ("status", "kind", "target")},
-        list_href=request.url.path + _query_suffix(request),
-        bulk_key=f"ui:bulk:{uuid.uuid4()}",
-    )
-
-
-@router.get("/ui/data/tasks")
-async def tasks_json(request: Request) -> Response:
-    return await _data(request, tasks_data)
-
-
-@router.get("/tasks/{task_id}")
-async def task_page(request: Request, task_id: str) -> Response:
-    return await _page(
-        request,
-        "task.html",
-        task_page_data,
-        "/ui/data/tasks/" + quote(task_id, safe=""),
-        task_id=task_id,
-        cancel_key=f"ui:{uuid.uuid4()}",
-        retry_key=f"ui:{uuid.uuid4()}",
-    )
-
-
-@router.get("/ui/data/tasks/{task_id}")
-async def task_json(request: Request, task_id: str) -> Response:
-    return await _data(request, task_data)
-
-
-@router.get("/ui/data/tasks/{task_id}/result")
-async def task_result_json(request: Request, task_id: str) -> Response:
-    """A completed task's whole stored result (R22), as ``GET /api/tasks/{id}/result`` answers
-    it, for the page's link (the session's 'read' scope, as every data request)."""
-    refused = await _read_refused(request)
-    if refused is not None:
-        return refused
-    db = await services_of(request).store.get()
-    stored = await read_task_result(db, _task_id(request))
-    return secure(
-        JSONResponse(
-            {"task_id": stored.task_id, "attempt": stored.attempt, "result": stored.result}
-        )
-    )
 
 
 @router.get("/workers")
@@ -371,7 +227,9 @@ async def _can_operate(request: Request) -> bool:
 
 async def schedules_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
     rows = await list_schedules(db, include_removed=True, limit=500)
-    return opsviews.schedules_regions(rows, can_operate=await _can_operate(request))
+    return scheduleviews.schedules_regions(
+        rows, can_operate=await _can_operate(request), now=await db.now()
+    )
 
 
 async def outbox_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
@@ -488,3 +346,8 @@ async def limits_page(request: Request) -> Response:
 @router.get("/ui/data/limits")
 async def limits_json(request: Request) -> Response:
     return await _data(request, limits_data)
+
+
+data_response = _data
+read_refused = _read_refused
+can_operate = _can_operate

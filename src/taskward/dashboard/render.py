@@ -30,6 +30,9 @@ SECURITY_HEADERS: Final = {
     "Cache-Control": "no-store",
 }
 MAX_FORM_BYTES: Final = 16 * 1024
+# Fields a form may repeat (a list's selection boxes): their values come joined by spaces.
+REPEATED_FIELDS: Final = frozenset({"task_id"})
+MAX_FORM_FIELDS: Final = 80
 
 templates = Environment(
     loader=PackageLoader("taskward.dashboard", "templates"),
@@ -89,15 +92,18 @@ def html(
 
 
 async def read_form(request: Request) -> Mapping[str, str]:
-    """An urlencoded form body (small; the app's body limit applies first)."""
+    """An urlencoded form body (small; the app's body limit applies first). A field named in
+    ``REPEATED_FIELDS`` keeps every value, joined by spaces; any other keeps its first."""
     raw = await request.body()
     if len(raw) > MAX_FORM_BYTES:
         return {}
     try:
-        parsed = parse_qs(raw.decode("utf-8"), keep_blank_values=True, max_num_fields=20)
+        parsed = parse_qs(
+            raw.decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS
+        )
     except (UnicodeDecodeError, ValueError):
         return {}
-    return {k: v[0] for k, v in parsed.items() if v}
+    return {k: " ".join(v) if k in REPEATED_FIELDS else v[0] for k, v in parsed.items() if v}
 
 
 def forbidden(request: Request, message: str) -> Response:

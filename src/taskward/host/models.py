@@ -13,7 +13,7 @@ from taskward.models import constructed
 
 
 class HostModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 def _non_empty(value: str, field: str) -> str:

@@ -28,6 +28,7 @@ from taskward.web.config import HttpConfig
 from taskward.web.metrics import Metrics
 from taskward.web.problems import install_problem_handlers, problem_response
 from taskward.web.state import Services, StoreHandle
+from taskward.web.times import IsoTimesJSONResponse
 
 log = logging.getLogger("taskward.http")
 
@@ -112,6 +113,8 @@ def create_app(
         redoc_url=None,
         lifespan=lifespan,
         generate_unique_id_function=lambda route: route.name,  # operationId = the route's name
+        # Every JSON answer has ISO 8601 twins of its epoch times (web/times.py, docs/http.md).
+        default_response_class=IsoTimesJSONResponse,
     )
     app.state.taskward = services
     install_problem_handlers(app, retry_after_s=services.config.retry_after_s)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from taskward.errors import (
@@ -210,23 +211,91 @@ def _allowed_of(error: Mapping[str, Any]) -> str:
     return msg[0].lower() + msg[1:] if msg else "a valid value"
 
 
-def validation_problem(exc: RequestValidationError, *, instance: str) -> JSONResponse:
+# pydantic's answers to a body that is not an object (FastAPI hands a body it did not decode
+# as JSON over as bytes, so a missing Content-Type ends here too).
+_NOT_AN_OBJECT: Final = frozenset({"model_attributes_type", "dict_type", "model_type"})
+_JSON_TYPES: Final = {
+    list: "a JSON array",
+    str: "a JSON string",
+    bool: "a JSON boolean",
+    int: "a JSON number",
+    float: "a JSON number",
+    type(None): "JSON null",
+    bytes: "not JSON",
+}
+
+
+def is_json_media_type(content_type: str | None) -> bool:
+    """``application/json`` or a ``+json`` type, as FastAPI decodes them (parameters aside)."""
+    mime = (content_type or "").split(";", 1)[0].strip().lower()
+    return mime == "application/json" or (
+        mime.startswith("application/") and mime.endswith("+json")
+    )
+
+
+def _is_body_shape_error(exc: RequestValidationError) -> bool:
+    return any(
+        tuple(e.get("loc") or ()) == ("body",) and e.get("type") in _NOT_AN_OBJECT
+        for e in exc.errors()
+    )
+
+
+def media_type_problem(content_type: str | None, *, instance: str) -> JSONResponse:
+    """415: a body sent without ``Content-Type: application/json``, saying what came."""
+    got = (
+        f"the request's Content-Type is {_encodable(_bounded(content_type, _MAX_VALUE_CHARS))!r}"
+        if content_type
+        else "the request has no Content-Type header"
+    )
+    return problem_response(
+        415,
+        "unsupported-media-type",
+        "Unsupported media type",
+        f"the body must be a JSON object sent with Content-Type: application/json; {got}",
+        instance=instance,
+        field="Content-Type",
+        allowed="application/json",
+    )
+
+
+def _body_message(error: Mapping[str, Any], body: Any) -> str:
+    """pydantic's message, except for a body that is not an object: which JSON it is."""
+    if tuple(error.get("loc") or ()) == ("body",) and error.get("type") in _NOT_AN_OBJECT:
+        shown = _JSON_TYPES.get(type(body), "not a JSON object")
+        return f"the body must be a JSON object, not {shown}"
+    return str(error.get("msg", "invalid"))
+
+
+def validation_problem(
+    exc: RequestValidationError,
+    *,
+    instance: str,
+    fields: Sequence[str] | None = None,
+) -> JSONResponse:
     """A pydantic request-model error as a 422 problem naming the field and what is allowed.
 
-    The rejected input is not echoed (it can be large or sensitive).
+    ``fields``: the fields the body's model takes, listed for an unknown one (``extra_forbidden``
+    errors; also as the ``allowed_fields`` extension). The rejected input is not echoed (it can
+    be large or sensitive).
     """
     errors = []
     for e in exc.errors():
         kind = str(e.get("type", "invalid"))
         # A body that is not JSON at all: its loc is a character position, not a field.
         is_json_error = kind == "json_invalid"
+        message = _body_message(e, getattr(exc, "body", None))
+        allowed = "a JSON object" if is_json_error else _allowed_of(e)
+        if kind == "extra_forbidden" and fields:
+            listed = ", ".join(fields)
+            message = f"unknown field; the fields allowed here are {listed}"
+            allowed = f"one of the fields {listed}"
         errors.append(
             {
                 "field": "body" if is_json_error else _field_of(e.get("loc", ())),
                 "location": str((e.get("loc") or ("body",))[0]),
                 "type": kind,
-                "message": str(e.get("msg", "invalid")),
-                "allowed": "a JSON object" if is_json_error else _allowed_of(e),
+                "message": message,
+                "allowed": allowed,
             }
         )
     first = errors[0] if errors else {"field": "body", "message": "invalid", "allowed": "?"}
@@ -241,8 +310,25 @@ def validation_problem(exc: RequestValidationError, *, instance: str) -> JSONRes
         instance=instance,
         field=first["field"],
         allowed=first["allowed"],
+        allowed_fields=list(fields)
+        if fields and any(e["type"] == "extra_forbidden" for e in errors)
+        else None,
         errors=errors,
     )
+
+
+def body_fields(request: Request) -> list[str] | None:
+    """The fields the route's body model takes (its deprecated ones left out), or None."""
+    field = getattr(request.scope.get("route"), "body_field", None)
+    annotation = getattr(getattr(field, "field_info", None), "annotation", None)
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return [
+                info.alias or name
+                for name, info in candidate.model_fields.items()
+                if not info.deprecated
+            ]
+    return None
 
 
 def install_problem_handlers(app: FastAPI, *, retry_after_s: int) -> None:
@@ -266,7 +352,10 @@ def install_problem_handlers(app: FastAPI, *, retry_after_s: int) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        return validation_problem(exc, instance=request.url.path)
+        content_type = request.headers.get("content-type")
+        if _is_body_shape_error(exc) and not is_json_media_type(content_type):
+            return media_type_problem(content_type, instance=request.url.path)
+        return validation_problem(exc, instance=request.url.path, fields=body_fields(request))
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)

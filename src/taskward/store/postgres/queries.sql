@@ -1518,3 +1518,129 @@ DELETE FROM schedule_runs WHERE id IN (SELECT jsonb_array_elements_text(:ids::js
 -- name: archived_run_get
 -- An archived task (R23): reads.get_task and list_transitions read it when the live row is gone.
 SELECT id, archived_at, document FROM archived_runs WHERE id = :id;
+
+-- name: dash_task_list
+-- The dashboard's task list (activity.search_tasks): newest first from a (created_at, id)
+-- keyset cursor; every filter optional. :q (lower case) matches a substring of the id, the
+-- idempotency key, the kind, the args' text without "env" (secrets are never searched), the
+-- error or the reason; a search scans rows newest first until the page is full. started_at is
+-- the task's last claim (its last fact into running), for the duration column.
+SELECT r.id, r.status, r.action_kind, r.execution_target, r.priority, r.lease_attempts,
+  r.max_attempts, r.created_at, r.ended_at, r.queued_at, r.run_after, r.status_reason_code,
+  r.status_reason_summary, r.error_detail, r.idempotency_key, r.chain_parent_id,
+  r.admission_source,
+  left((r.action_args - 'env')::text, :args_head_chars) AS args_head,
+  (SELECT max(f.created_at) FROM status_transitions f
+   WHERE f.entity_id = r.id AND f.status = 'running') AS started_at
+FROM schedule_runs r
+WHERE (:status::text IS NULL OR r.status = :status)
+  AND (:action_kind::text IS NULL OR r.action_kind = :action_kind)
+  AND (:execution_target::text IS NULL OR r.execution_target = :execution_target)
+  AND (:q::text IS NULL OR strpos(lower(r.id), :q) > 0
+       OR strpos(lower(coalesce(r.idempotency_key, '')), :q) > 0
+       OR strpos(lower(r.action_kind), :q) > 0
+       OR strpos(lower((r.action_args - 'env')::text), :q) > 0
+       OR strpos(lower(coalesce(r.error_detail, '')), :q) > 0
+       OR strpos(lower(coalesce(r.status_reason_code, '')), :q) > 0
+       OR strpos(lower(coalesce(r.status_reason_summary, '')), :q) > 0)
+  AND (:cursor_created_at::double precision IS NULL
+       OR (r.created_at, r.id) < (:cursor_created_at, :cursor_id::text))
+ORDER BY r.created_at DESC, r.id DESC
+LIMIT :limit;
+
+-- name: dash_task_list_newer
+-- dash_task_list's previous page: the rows just newer than a (created_at, id), oldest first
+-- (the caller reverses them).
+SELECT r.id, r.status, r.action_kind, r.execution_target, r.priority, r.lease_attempts,
+  r.max_attempts, r.created_at, r.ended_at, r.queued_at, r.run_after, r.status_reason_code,
+  r.status_reason_summary, r.error_detail, r.idempotency_key, r.chain_parent_id,
+  r.admission_source,
+  left((r.action_args - 'env')::text, :args_head_chars) AS args_head,
+  (SELECT max(f.created_at) FROM status_transitions f
+   WHERE f.entity_id = r.id AND f.status = 'running') AS started_at
+FROM schedule_runs r
+WHERE (:status::text IS NULL OR r.status = :status)
+  AND (:action_kind::text IS NULL OR r.action_kind = :action_kind)
+  AND (:execution_target::text IS NULL OR r.execution_target = :execution_target)
+  AND (:q::text IS NULL OR strpos(lower(r.id), :q) > 0
+       OR strpos(lower(coalesce(r.idempotency_key, '')), :q) > 0
+       OR strpos(lower(r.action_kind), :q) > 0
+       OR strpos(lower((r.action_args - 'env')::text), :q) > 0
+       OR strpos(lower(coalesce(r.error_detail, '')), :q) > 0
+       OR strpos(lower(coalesce(r.status_reason_code, '')), :q) > 0
+       OR strpos(lower(coalesce(r.status_reason_summary, '')), :q) > 0)
+  AND (r.created_at, r.id) > (:newer_created_at::double precision, :newer_id::text)
+ORDER BY r.created_at ASC, r.id ASC
+LIMIT :limit;
+
+-- name: dash_task_count
+-- How many tasks dash_task_list's filters match, counted up to :cap (a bounded scan).
+SELECT count(*) AS n FROM (
+  SELECT 1 FROM schedule_runs r
+  WHERE (:status::text IS NULL OR r.status = :status)
+    AND (:action_kind::text IS NULL OR r.action_kind = :action_kind)
+    AND (:execution_target::text IS NULL OR r.execution_target = :execution_target)
+    AND (:q::text IS NULL OR strpos(lower(r.id), :q) > 0
+         OR strpos(lower(coalesce(r.idempotency_key, '')), :q) > 0
+         OR strpos(lower(r.action_kind), :q) > 0
+         OR strpos(lower((r.action_args - 'env')::text), :q) > 0
+         OR strpos(lower(coalesce(r.error_detail, '')), :q) > 0
+         OR strpos(lower(coalesce(r.status_reason_code, '')), :q) > 0
+         OR strpos(lower(coalesce(r.status_reason_summary, '')), :q) > 0)
+  LIMIT :cap
+) c;
+
+-- name: dash_fact_endings
+-- The overview's charts (activity.read_activity): the terminal facts in [:since, :until), by
+-- time bucket (:bucket_s wide, from :since), kind, status and run-time class (the fact's time
+-- less the task's last fact into running before it; NULL for a task that never ran). The
+-- classes are activity.DURATION_BOUNDS, upper bounds in seconds; the last is "longer". Facts
+-- have no time index (issue 7 keeps their inserts lean): this scans the facts, once per
+-- overview page (the charts are not polled). The run times are
+-- materialized first: their subquery is read once a fact, not once per CASE branch.
+WITH e AS MATERIALIZED (
+  SELECT floor((f.created_at - :since::double precision) / :bucket_s::double precision)::int
+           AS bucket,
+    r.action_kind, f.status,
+    f.created_at - (SELECT max(s.created_at) FROM status_transitions s
+                    WHERE s.entity_id = f.entity_id AND s.status = 'running'
+                      AND s.created_at <= f.created_at) AS d
+  FROM status_transitions f
+  JOIN schedule_runs r ON r.id = f.entity_id
+  WHERE f.created_at >= :since::double precision AND f.created_at < :until::double precision
+    AND f.status IN ('completed', 'failed', 'timed_out', 'cancelled', 'skipped')
+)
+SELECT e.bucket, e.action_kind, e.status,
+  CASE WHEN e.d IS NULL THEN NULL WHEN e.d <= 0.01 THEN 0 WHEN e.d <= 0.025 THEN 1
+       WHEN e.d <= 0.05 THEN 2 WHEN e.d <= 0.1 THEN 3 WHEN e.d <= 0.25 THEN 4
+       WHEN e.d <= 0.5 THEN 5 WHEN e.d <= 1 THEN 6 WHEN e.d <= 2.5 THEN 7
+       WHEN e.d <= 5 THEN 8 WHEN e.d <= 10 THEN 9 WHEN e.d <= 30 THEN 10
+       WHEN e.d <= 60 THEN 11 WHEN e.d <= 300 THEN 12 WHEN e.d <= 900 THEN 13
+       WHEN e.d <= 3600 THEN 14 ELSE 15 END AS duration_class,
+  count(*) AS n
+FROM e
+GROUP BY e.bucket, e.action_kind, e.status, duration_class;
+
+-- name: dash_fact_flows
+-- The overview's queue depth: the facts since :since by time bucket and edge (how many left
+-- previous_status and entered status), read back from the counts of now (activity).
+SELECT floor((created_at - :since::double precision) / :bucket_s::double precision)::int
+         AS bucket,
+  previous_status, status, count(*) AS n
+FROM status_transitions
+WHERE created_at >= :since::double precision
+GROUP BY 1, previous_status, status;
+
+-- name: dash_admissions
+-- Rows admitted (as queued) since :since, by time bucket: idx_schedule_runs_created.
+SELECT floor((created_at - :since::double precision) / :bucket_s::double precision)::int
+         AS bucket,
+  count(*) AS n
+FROM schedule_runs
+WHERE created_at >= :since::double precision
+GROUP BY 1;
+
+-- name: dash_count_by_kind_status
+-- The overview's kinds in use: rows by kind and status (read when the page is drawn, not
+-- polled).
+SELECT action_kind, status, count(*) AS n FROM schedule_runs GROUP BY action_kind, status;
