@@ -1,35 +1,29 @@
 """``taskward worker list|prune``, ``taskward prune`` and ``taskward archive`` in process
-(click's CliRunner) on both backends: 80-column tables, --json, --dry-run and progress lines."""
+(click's CliRunner, ``clirun``) on both backends: 80-column tables, --json, --dry-run and
+progress lines."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 from typing import Any
 
-from click.testing import CliRunner, Result
-
 import taskward
-from taskward.cli.common import CliState
-from taskward.cli.main import cli
 from taskward.heartbeat import mark_worker_stopped
 from taskward.reads import count_by_status, list_workers
 from taskward.store.port import StateDB
+from tests.acceptance.clirun import Run, arun_cli
 from tests.integration.helpers import REGISTRY, move
 
 
-async def run(db_url: str, *args: str) -> Result:
-    """The command in process, on a thread of its own (the CLI runs its own event loop)."""
-    result = await asyncio.to_thread(
-        CliRunner().invoke, cli, ["--db", db_url, *args], obj=CliState(), env={"COLUMNS": "80"}
-    )
-    assert result.exit_code == 0, (result.output, result.exception)
+async def run(db_url: str, *args: str) -> Run:
+    """The command in process (``clirun``), 80 columns wide; it must succeed."""
+    result = await arun_cli(db_url, *args, env={"COLUMNS": "80"})
+    assert result.code == 0, (result.stdout, result.stderr)
     return result
 
 
-def json_of(result: Result) -> Any:
-    return json.loads(result.stdout)
+def json_of(result: Run) -> Any:
+    return result.json()
 
 
 async def test_worker_list_fits_80_columns_and_prune_removes_the_dead(
