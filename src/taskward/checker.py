@@ -8,10 +8,10 @@ faults off, and reapers run with ``now`` past every lease that should have lapse
 
 The invariants and their codes (``CODES`` holds the same list):
 
-- admission is effectively once (ADR-0072 D1/D2): one row per idempotency key
-  (``duplicate_idempotency_key``); every acknowledged admission present under the id the caller
-  was told (``acknowledged_admission_missing``, ``acknowledged_admission_mismatch``); no fact
-  outlives its run (``fact_without_run``, R11);
+- admission is effectively once (ADR-0072 D1/D2): one task per idempotency key, live or as an
+  archived task's tombstone (R23; ``duplicate_idempotency_key``); every acknowledged admission
+  present under the id the caller was told (``acknowledged_admission_missing``,
+  ``acknowledged_admission_mismatch``); no fact outlives its run (``fact_without_run``, R11);
 - nothing ``running`` without a live lease: an owner and ``lease_expires_at >= now``
   (``running_without_lease``);
 - facts tell the whole story (ADR-0072 D3, R2): a row with no facts is ``queued``, otherwise its
@@ -165,6 +165,7 @@ async def check_invariants(
     now: float | None = None,
     require_summaries: bool = True,
     outbox_purged: bool = False,
+    events_pruned: bool = False,
     probe_append_only: bool = True,
 ) -> list[Violation]:
     """Every broken invariant of the store, sorted by code, task and detail (empty when sound).
@@ -178,6 +179,8 @@ async def check_invariants(
             completed facts that cite a summary in their evidence are.
         outbox_purged: finished outbox rows were purged, so a terminal fact without its row is
             not reported (duplicates and orphans still are).
+        events_pruned: old events were pruned (R23, ``retention.prune``): a fact without its
+            event is not reported (an event naming no fact or another task's still is).
         probe_append_only: attempt an UPDATE and a DELETE of a probe fact (rolled back).
     """
     if now is None:
@@ -188,7 +191,7 @@ async def check_invariants(
         _check_leases(db, now),
         _check_runs_against_facts(db),
         _check_fact_chain(db),
-        _check_fact_events(db),
+        _check_fact_events(db, pruned=events_pruned),
         _check_fact_fields(db),
         _check_attempts(db),
         _check_summaries(db, require_all=require_summaries),
@@ -336,9 +339,11 @@ async def _check_fact_chain(db: StateDB) -> list[Violation]:
     return found
 
 
-async def _check_fact_events(db: StateDB) -> list[Violation]:
+async def _check_fact_events(db: StateDB, *, pruned: bool) -> list[Violation]:
     found: list[Violation] = []
     for row in await db.fetchall("check_fact_events"):
+        if pruned and row["event_id"] is None and not row["mismatched"] and not row["n"]:
+            continue  # its event was pruned (R23: ``taskward prune`` deletes old events)
         if row["event_id"] is not None:
             detail = f"transition event {row['event_id']} names no fact ({row['transition_id']})"
         elif row["mismatched"]:

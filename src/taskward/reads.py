@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -63,20 +64,43 @@ async def get_task(db: StateDB, task_id: str, *, reveal_env: bool = False) -> Ro
     """
     row = await db.fetchone("run_get", {"id": task_id})
     if row is None:
-        raise TaskNotFound(task_id)
+        archived = await _archived(db, task_id)
+        if archived is None:
+            raise TaskNotFound(task_id)
+        row = {**archived["run"], "archived": True, "archived_at": archived["archived_at"]}
     return row if reveal_env else _redacted_row(row)
 
 
+async def _archived(db: StateDB, task_id: str) -> dict[str, Any] | None:
+    """R23: an archived task's document (``archive``), with its ``archived_at``; None when the
+    id names no archived task. Read only once the live row is missing."""
+    row = await db.fetchone("archived_run_get", {"id": task_id})
+    if row is None:
+        return None
+    document = row["document"]
+    document = json.loads(document) if isinstance(document, str) else dict(document)
+    return {**document, "archived_at": row["archived_at"]}
+
+
 async def list_transitions(db: StateDB, task_id: str) -> list[Row]:
-    """The task's status_transitions facts, oldest first; raises TaskNotFound."""
+    """The task's status_transitions facts, oldest first; raises TaskNotFound. An archived
+    task's (R23) come from its archived document."""
     facts = await db.fetchall("fact_list", {"entity_id": task_id})
-    if not facts:
-        await get_task(db, task_id)
+    if not facts and await db.fetchone("run_status", {"id": task_id}) is None:
+        archived = await _archived(db, task_id)
+        if archived is None:
+            raise TaskNotFound(task_id)
+        return list(archived.get("facts") or [])
     return facts
 
 
 async def list_task_events(db: StateDB, task_id: str) -> list[Row]:
-    return await db.fetchall("event_list", {"task_id": task_id})
+    """The task's events, oldest first (an archived task's from its document, R23)."""
+    events = await db.fetchall("event_list", {"task_id": task_id})
+    if not events and await db.fetchone("run_status", {"id": task_id}) is None:
+        archived = await _archived(db, task_id)
+        return list(archived.get("events") or []) if archived else []
+    return events
 
 
 async def list_tasks(
@@ -180,18 +204,39 @@ async def count_transitions_by_edge(db: StateDB) -> list[Row]:
     ]
 
 
+# A worker's state (issue 28): ``stopped`` once it recorded a clean stop (it wins: the row of a
+# stopped worker keeps its last heartbeat), ``stale`` when its heartbeat is older than the TTL
+# without one (R6: it claims nothing; it probably crashed), else ``live``.
+WORKER_STATES: Final = ("live", "stale", "stopped")
+
+
+def worker_state(worker: Mapping[str, Any], *, heartbeat_ttl: float, now: float) -> str:
+    """``live``, ``stale`` or ``stopped`` (``WORKER_STATES``) of a ``workers`` row at ``now``."""
+    if worker.get("stopped_at") is not None:
+        return "stopped"
+    return "live" if now - float(worker["last_heartbeat_at"]) <= heartbeat_ttl else "stale"
+
+
 async def list_workers(
     db: StateDB, *, heartbeat_ttl: float, limit: int = 200, now: float | None = None
 ) -> list[Row]:
-    """Workers, most recent heartbeat first, each with ``heartbeat_age_s`` and ``is_live``
-    (a heartbeat is stale when ``now - last_heartbeat_at > heartbeat_ttl``, R6)."""
+    """Workers, most recent heartbeat first, each with ``heartbeat_age_s``, ``state``
+    (``worker_state``), ``lease_task_ids`` (every running task whose lease it holds, read for
+    the whole page in one statement) and ``is_live`` (``state == "live"``; kept for callers
+    from before ``state``)."""
     if not 1 <= limit <= MAX_LIST_LIMIT:
         raise TaskValidationError("limit", limit, f"1..{MAX_LIST_LIMIT}")
     if now is None:
         now = await db.now()
     workers = await db.fetchall("worker_list", {"limit": limit})
+    leases: dict[str, list[str]] = {}
+    if workers:
+        ids = canonical_json([w["worker_id"] for w in workers])
+        for row in await db.fetchall("worker_leases", {"worker_ids": ids}):
+            leases.setdefault(row["worker_id"], []).append(row["id"])
     for worker in workers:
-        age = max(0.0, now - float(worker["last_heartbeat_at"]))
-        worker["heartbeat_age_s"] = age
-        worker["is_live"] = age <= heartbeat_ttl
+        worker["heartbeat_age_s"] = max(0.0, now - float(worker["last_heartbeat_at"]))
+        worker["state"] = worker_state(worker, heartbeat_ttl=heartbeat_ttl, now=now)
+        worker["is_live"] = worker["state"] == "live"
+        worker["lease_task_ids"] = leases.get(worker["worker_id"], [])
     return workers

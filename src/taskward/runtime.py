@@ -35,7 +35,7 @@ from taskward.claims import (
     new_worker_id,
 )
 from taskward.execution import RetryPolicy
-from taskward.heartbeat import register_heartbeat
+from taskward.heartbeat import mark_worker_stopped, register_heartbeat
 from taskward.host.engine_host import ResidentEngineHost
 from taskward.host.models import Task
 from taskward.host.runner import AdapterRunner, TaskSession
@@ -347,5 +347,8 @@ class WorkerRuntime:
                 if self.outbox is not None:
                     await self.outbox.aclose()  # its HTTP connections
             with contextlib.suppress(Exception):
-                await self.heartbeat()
+                # A clean stop, not a last heartbeat: the row says "stopped" at once (a --burst
+                # worker no longer shows live for a heartbeat TTL after it exited), never
+                # "stale", which is kept for a worker that vanished without this (issue 28).
+                await mark_worker_stopped(self.db, worker_id=self.worker_id)
         return self.exit_code

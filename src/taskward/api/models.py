@@ -253,7 +253,15 @@ class WorkerOut(BaseModel):
     last_heartbeat_at: float
     last_heartbeat_at_iso: str | None = iso_twin("last_heartbeat_at")
     heartbeat_age_s: float
-    is_live: bool
+    is_live: bool = Field(description="state == 'live' (kept from before state).")
+    state: Literal["live", "stale", "stopped"] = Field(
+        description="stopped: it stopped cleanly; stale: its heartbeat is older than the TTL "
+        "without a stop (it probably crashed); else live."
+    )
+    stopped_at: float | None = None
+    lease_task_ids: list[str] = Field(
+        default_factory=list, description="Every running task whose lease it holds."
+    )
     leased_run_id: str | None = None
 
 

@@ -43,9 +43,11 @@ from taskward.cli.common import (
 )
 from taskward.cli.errors import EXIT_OK, report
 from taskward.cli.output import cancel_requests
+from taskward.cli.retention_cmd import archive, prune
 from taskward.cli.tree_cmd import task_tree
 from taskward.cli.wait_cmd import task_wait
 from taskward.cli.worker_cmd import worker
+from taskward.cli.workers_cmd import worker_list, worker_prune
 from taskward.fields import run_after_for_delay
 from taskward.models import EXECUTION_TARGETS, check_key
 from taskward.placement import placement_reason
@@ -365,6 +367,10 @@ def task_retry(state: CliState, task_id: str, key: str | None) -> None:
 
 
 cli.add_command(worker)
+worker.add_command(worker_list)
+worker.add_command(worker_prune)
+cli.add_command(prune)
+cli.add_command(archive)
 task.add_command(task_wait)
 task.add_command(task_tree)
 

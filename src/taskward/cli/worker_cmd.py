@@ -13,7 +13,7 @@ import click
 
 from taskward import open_db
 from taskward.claims import MIN_RENEWABLE_LEASE_TTL_SECONDS
-from taskward.cli.common import CliState, pass_state, registry_for, run_worker_loop
+from taskward.cli.common import CliState, registry_for, run_worker_loop
 from taskward.host.models import Task
 from taskward.models import EXECUTION_TARGETS
 from taskward.runtime import WorkerConfig, WorkerRuntime
@@ -71,7 +71,9 @@ def child_base_argv(ctx: click.Context) -> list[str]:
     ]
 
 
-@click.command("worker")
+# A group so ``taskward worker list`` and ``taskward worker prune`` (``workers_cmd``) sit beside
+# the worker itself: ``taskward worker [OPTIONS]`` without a subcommand runs a worker, as before.
+@click.group("worker", invoke_without_command=True)
 @click.option(
     "--concurrency",
     type=click.IntRange(1, 1024),
@@ -187,9 +189,9 @@ def child_base_argv(ctx: click.Context) -> list[str]:
     show_default=True,
     help="The address --metrics-port listens on (0.0.0.0: every interface).",
 )
-@pass_state
+@click.pass_context
 def worker(
-    state: CliState,
+    ctx: click.Context,
     concurrency: int,
     capabilities: tuple[str, ...],
     targets: tuple[str, ...],
@@ -216,7 +218,12 @@ def worker(
 
     With --processes N a supervisor runs N such workers, restarts them (exit 75 at once, a
     crash with backoff) and forwards those signals to each; it exits 0 when all drained cleanly.
+
+    `taskward worker list` shows the workers and `taskward worker prune` removes dead ones.
     """
+    if ctx.invoked_subcommand is not None:
+        return 0
+    state = ctx.ensure_object(CliState)
     from taskward.execution import RetryPolicy
 
     if renew and lease_ttl < MIN_RENEWABLE_LEASE_TTL_SECONDS:
@@ -243,7 +250,7 @@ def worker(
     registry = registry_for(state)
     if process_count > 1:
         return run_supervisor(
-            child_base_argv(click.get_current_context()),
+            child_base_argv(ctx),
             process_count,
             worker_id_prefix=worker_id,
             metrics_port=metrics_port,

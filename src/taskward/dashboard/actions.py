@@ -1,6 +1,6 @@
 """Dashboard form posts: cancel a task, retry an ended task (one, or every one a list page
 shows), fire/enable/disable a schedule, retry a notification, set/clear a limit and pause/resume
-a kind, log in and out. Each state change
+a kind, prune a stopped or stale worker, log in and out. Each state change
 needs a session, its CSRF token and the ``operate`` scope, and goes through the same library
 function as the API.
 
@@ -43,6 +43,7 @@ from taskward.errors import (
     TaskNotRetryable,
     TaskValidationError,
 )
+from taskward.heartbeat import prune_workers
 from taskward.limits import clear_limit, pause_kind, resume_kind, set_limit
 from taskward.models import check_key
 from taskward.outbox import retry_notification
@@ -249,6 +250,23 @@ async def outbox_retry(request: Request, notification_id: str) -> Response:
     async def run(db: StateDB, _principal: Principal, form: Mapping[str, str]) -> str:
         await retry_notification(db, _ref(notification_id))
         return "/outbox"
+
+    return await _operate(request, run)
+
+
+@router.post("/workers/{worker_id}/prune")
+async def prune_worker_from_page(request: Request, worker_id: str) -> Response:
+    """Remove a stopped or stale worker's row (issue 28): ``heartbeat.prune_workers`` for this
+    one worker, so a live one, or one holding a live lease, is refused."""
+    ttl = services_of(request).config.heartbeat_ttl_s
+
+    async def run(db: StateDB, _principal: Principal, form: Mapping[str, str]) -> str:
+        ref = _ref(worker_id)
+        if not await prune_workers(db, older_than_s=0, heartbeat_ttl=ttl, worker_id=ref):
+            raise TaskValidationError(
+                "worker_id", ref, "a stopped or stale worker that holds no live lease"
+            )
+        return "/workers"
 
     return await _operate(request, run)
 

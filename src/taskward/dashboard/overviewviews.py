@@ -12,17 +12,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from taskward.activity import RANGES, Activity
-from taskward.dashboard import chartviews
+from taskward.dashboard import chartviews, workerviews
 from taskward.dashboard.listviews import recent_region
 from taskward.dashboard.views import (
     STATUSES,
-    WORKER_COLUMNS,
     Region,
     cell,
     status_cell,
     table,
     tasks_href,
-    worker_rows,
 )
 from taskward.lifecycle import TERMINAL
 
@@ -203,13 +201,11 @@ def overview_regions(
     workers: Sequence[Mapping[str, Any]],
     now: float,
 ) -> dict[str, Region]:
-    """What the overview polls."""
-    live = sum(1 for w in workers if w["is_live"])
+    """What the overview polls (its workers as ``workerviews`` draws them)."""
     return {
         "counts": counts_region(pairs),
         "recent": recent_region(recent, now),
-        "workers": table(WORKER_COLUMNS, worker_rows(workers), empty="no worker has registered"),
-        "workers-summary": {"kind": "text", "text": f"{live} live of {len(workers)}"},
+        **workerviews.workers_regions(workers),
     }
 
 

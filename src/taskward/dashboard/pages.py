@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from taskward.cursors import MAX_CURSOR_LENGTH
-from taskward.dashboard import limitviews, opsviews, scheduleviews, views
+from taskward.dashboard import limitviews, opsviews, scheduleviews, views, workerviews
 from taskward.dashboard.render import html, secure
 from taskward.dashboard.session import Session, new_session, session_principal
 from taskward.errors import StoreError, TaskNotFound, TaskValidationError
@@ -201,7 +201,9 @@ task_id_of = _task_id
 
 
 async def workers_data(db: StateDB, services: Services, request: Request) -> dict[str, Any]:
-    return views.workers_regions(await _workers(db, services))
+    return workerviews.workers_regions(
+        await _workers(db, services), can_operate=await _can_operate(request)
+    )
 
 
 # -- pages ----------------------------------------------------------------------------------

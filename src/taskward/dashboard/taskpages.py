@@ -164,9 +164,12 @@ async def _task_regions(db: StateDB, request: Request, *, with_retries: bool) ->
     if with_retries and is_terminal(row["status"]):  # only an ended task is retried (R19)
         retries = await list_retries(db, task_id, limit=views.PAGE_SIZE)
     regions = taskviews.task_regions(row, placement, facts, events, retries, now=now)
-    stored = await read_task_result(db, task_id) if row["status"] == "completed" else None
+    live = not row.get("archived")  # an archived task (R23): its row and history alone
+    stored = await read_task_result(db, task_id) if row["status"] == "completed" and live else None
     regions.update(result_regions(task_id, stored))  # R22
-    links = await task_dependencies(db, task_id)  # R21: "Depends on", "Needed by", and why
+    links: dict[str, Any] = {"parents": [], "children": []}
+    if live:
+        links = await task_dependencies(db, task_id)  # R21: "Depends on", "Needed by", and why
     regions.update(graphviews.dependency_regions(task_id, links["parents"], links["children"]))
     waiting = graphviews.waiting_item(row, links["parents"])
     if waiting is not None:

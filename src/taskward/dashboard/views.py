@@ -138,44 +138,6 @@ def task_status_cell(row: Mapping[str, Any], now: float) -> Cell:
     return cell(f"{status} \u00b7 runs in {fmt_age(at - now)}", cls=f"status status-{status}")
 
 
-def worker_rows(workers: Iterable[Mapping[str, Any]]) -> list[list[Cell]]:
-    return [
-        [
-            cell(w["worker_id"], cls="mono"),
-            cell("live" if w["is_live"] else "stale", cls="live" if w["is_live"] else "stale"),
-            cell(fmt_age(float(w["heartbeat_age_s"]))),
-            cell(
-                w.get("leased_run_id"),
-                href=task_href(w["leased_run_id"]) if w.get("leased_run_id") else None,
-                cls="mono",
-            ),
-            cell(", ".join(w.get("execution_targets") or [])),
-            cell(", ".join(w.get("advertised_capabilities") or [])),
-            cell(w.get("concurrency")),
-            cell(w.get("hostname")),
-        ]
-        for w in workers
-    ]
-
-
-WORKER_COLUMNS = (
-    "worker",
-    "state",
-    "heartbeat age",
-    "leased task",
-    "targets",
-    "capabilities",
-    "concurrency",
-    "host",
-)
-
-
-def workers_regions(workers: Sequence[Mapping[str, Any]]) -> dict[str, Region]:
-    return {
-        "workers": table(WORKER_COLUMNS, worker_rows(workers), empty="no worker has registered")
-    }
-
-
 def action_cell(actions: Iterable[tuple[str, str] | tuple[str, str, Mapping[str, str]]]) -> Cell:
     """Buttons that POST (with the page's CSRF token) to each ``(label, href)``, or
     ``(label, href, fields)`` to post ``fields`` as the form's hidden inputs too."""

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from taskward.canonical import dumps
@@ -59,6 +59,10 @@ def no_target_notice(counts: Mapping[str, int], *, configured: bool) -> str | No
         f"{text}. Set {ENV_WEBHOOK_URL} (with TASKWARD_WEBHOOK_SECRET) or {ENV_COMMAND} where "
         "the workers run to deliver them (docs/outbox.md)."
     )
+
+
+# The most rows one purge transaction deletes (R23: progress, and no transaction of millions).
+PURGE_BATCH: Final = 10_000
 
 
 async def enqueue_notification(
@@ -162,15 +166,42 @@ async def retry_notification(
     raise NotificationNotRetryable(notification_id, current["status"])
 
 
-async def purge_notifications(db: StateDB, *, older_than_s: float, now: float | None = None) -> int:
+async def purge_notifications(
+    db: StateDB,
+    *,
+    older_than_s: float,
+    now: float | None = None,
+    batch: int = PURGE_BATCH,
+    dry_run: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> int:
     """Delete finished rows (delivered, dead_letter, expired) whose last change is more than
     ``older_than_s`` before now; pending and delivering rows are never touched (R11). Returns
-    the number deleted."""
+    the number deleted.
+
+    Rows go in batches of at most ``batch``, each its own transaction, and ``progress`` is told
+    each batch's count (R23: ``taskward prune`` prints them). ``dry_run`` deletes nothing and
+    returns how many would go."""
     if (
         isinstance(older_than_s, bool)
         or not isinstance(older_than_s, int | float)
         or not (0 <= older_than_s < float("inf"))
     ):
         raise TaskValidationError("older_than_s", older_than_s, "a number of seconds >= 0")
-    async with db.transaction(now=now) as tx:
-        return await tx.execute("outbox_purge_finished", {"older_than_s": float(older_than_s)})
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= PURGE_BATCH:
+        raise TaskValidationError("batch", batch, f"1..{PURGE_BATCH}")
+    if now is None:
+        now = await db.now()  # one cut-off for every batch
+    params = {"older_than_s": float(older_than_s), "now": now}
+    if dry_run:
+        row = await db.fetchone("outbox_count_finished", params)
+        return int(row["n"]) if row else 0
+    total = 0
+    while True:
+        async with db.transaction(now=now) as tx:
+            deleted = await tx.execute("outbox_purge_finished", {**params, "limit": batch})
+        total += deleted
+        if progress is not None and deleted:
+            progress(deleted)
+        if deleted < batch:
+            return total

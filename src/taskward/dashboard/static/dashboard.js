@@ -88,6 +88,11 @@
             td.appendChild(box);
           } else if (c.actions) {
             c.actions.forEach(function (a) { td.appendChild(actionForm(a)); });
+          } else if (c.links) {  // several links in one cell (a worker's leases)
+            c.links.forEach(function (l, i) {
+              if (i) { td.appendChild(document.createTextNode(" ")); }
+              td.appendChild(linkOrText(l.text, l.href));
+            });
           } else {
             td.appendChild(linkOrText(c.text, c.href));
           }

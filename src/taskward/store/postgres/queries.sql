@@ -9,7 +9,8 @@ INSERT INTO queue_settings (name, value, updated_at) VALUES (:name, :value, :now
 ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at;
 
 -- name: run_insert_if_new
--- Admission (ADR-0072 D2, R8): insert a queued row unless the key exists; writes no fact.
+-- Admission (ADR-0072 D2, R8): insert a queued row unless the key exists, live or as an
+-- archived task's tombstone (R23: run_get_by_key then answers from it); writes no fact.
 -- :chain_parent_id / :chain_depth: NULL and 0, except for an operator retry (R19).
 -- R16: queued_at is the later of the admission time and :run_after (GREATEST skips a NULL);
 -- R18: the effective ceiling is stored on the row, the application's or else the queue's
@@ -26,7 +27,8 @@ INSERT INTO schedule_runs (
   library_ref, library_content_hash,
   idempotency_key, application_hash, admission_source,
   run_after, priority, max_attempts, limit_key
-) VALUES (
+)
+SELECT
   :id, :schedule_id, NULL, :trigger_context::jsonb,
   :action_kind, :action_args::jsonb, 'queued', :chain_parent_id::text, :chain_depth::integer,
   :now, :now, GREATEST(:now, :run_after::float8), :concurrency_key,
@@ -37,17 +39,22 @@ INSERT INTO schedule_runs (
   COALESCE(:max_attempts::integer,
            (SELECT value::integer FROM queue_settings WHERE name = 'max_attempts'), 3),
   :limit_key::text
-)
+WHERE NOT EXISTS (SELECT 1 FROM task_key_tombstones WHERE idempotency_key = :idempotency_key)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id
 )
 SELECT id, pg_notify('taskward_queued', '') AS notified FROM inserted;
 
 -- name: run_get_by_key
--- The task holding a key: its application's hash (R8's replay check) and its run_after (a
--- binding's delay resolved against a replay, admission.run_after_for_delay).
+-- The task holding a key, live or archived (R23: its tombstone): its application's hash (R8's
+-- replay check) and its run_after (a binding's delay resolved against a replay,
+-- fields.run_after_for_delay).
 SELECT id, application_hash, run_after FROM schedule_runs
-WHERE idempotency_key = :idempotency_key;
+WHERE idempotency_key = :idempotency_key
+UNION ALL
+SELECT task_id, application_hash, run_after FROM task_key_tombstones
+WHERE idempotency_key = :idempotency_key
+LIMIT 1;
 
 -- name: run_get
 SELECT * FROM schedule_runs WHERE id = :id;
@@ -168,7 +175,8 @@ WHERE task_id = :task_id AND kind = 'cancel_requested'
   AND payload->>'idempotency_key' = :key;
 
 -- name: worker_heartbeat
--- Upsert this worker's heartbeat and advertisement (ADR-0071 D4).
+-- Upsert this worker's heartbeat and advertisement (ADR-0071 D4); a heartbeat says the
+-- worker runs, so it clears a stop recorded under the same id.
 INSERT INTO workers (worker_id, advertised_capabilities, execution_targets, last_heartbeat_at,
                      leased_run_id, served_kinds, hostname, pid, concurrency, started_at)
 VALUES (:worker_id, :advertised_capabilities::jsonb, :execution_targets::jsonb, :now,
@@ -181,13 +189,49 @@ ON CONFLICT (worker_id) DO UPDATE SET
   served_kinds = excluded.served_kinds,
   hostname = excluded.hostname,
   pid = excluded.pid,
-  concurrency = excluded.concurrency;
+  concurrency = excluded.concurrency,
+  stopped_at = NULL;
 
 -- name: worker_get
 SELECT * FROM workers WHERE worker_id = :worker_id;
 
 -- name: worker_list
 SELECT * FROM workers ORDER BY last_heartbeat_at DESC, worker_id LIMIT :limit;
+
+-- name: worker_stop
+-- A clean stop (runtime.WorkerRuntime): the worker says it is gone, so it shows "stopped", not
+-- "stale", and holds no lease any more (issue 28).
+UPDATE workers SET stopped_at = :now, last_heartbeat_at = :now, leased_run_id = NULL
+WHERE worker_id = :worker_id;
+
+-- name: worker_leases
+-- The running tasks each of :worker_ids (JSON list) holds the lease of, for a page of workers
+-- in one statement (reads.list_workers); running rows are few (at most the workers' slots).
+SELECT leased_by AS worker_id, id FROM schedule_runs
+WHERE status = 'running' AND leased_by IN (SELECT jsonb_array_elements_text(:worker_ids::jsonb))
+ORDER BY leased_by, id;
+
+-- name: worker_prunable
+-- Workers prune_workers may delete (issue 28, R23): stopped, or stale since before :stale_before
+-- without a stop (probably crashed); never one holding a live lease (a running task whose
+-- lease has not expired). :worker_id NULL means every worker; :limit bounds a batch.
+SELECT w.worker_id, w.last_heartbeat_at, w.stopped_at FROM workers w
+WHERE (:worker_id::text IS NULL OR w.worker_id = :worker_id)
+  AND (w.stopped_at IS NOT NULL OR w.last_heartbeat_at < :stale_before)
+  AND NOT EXISTS (SELECT 1 FROM schedule_runs r
+                  WHERE r.status = 'running' AND r.leased_by = w.worker_id
+                    AND r.lease_expires_at >= :now)
+ORDER BY w.last_heartbeat_at, w.worker_id
+LIMIT :limit;
+
+-- name: worker_delete_prunable
+-- worker_prunable's rule again for each id chosen (a worker that came back meanwhile stays).
+DELETE FROM workers
+WHERE worker_id = :worker_id
+  AND (stopped_at IS NOT NULL OR last_heartbeat_at < :stale_before)
+  AND NOT EXISTS (SELECT 1 FROM schedule_runs r
+                  WHERE r.status = 'running' AND r.leased_by = workers.worker_id
+                    AND r.lease_expires_at >= :now);
 
 -- name: worker_live_list
 SELECT * FROM workers WHERE :now - last_heartbeat_at <= :heartbeat_ttl;
@@ -707,10 +751,14 @@ WHERE id = :id AND status IN ('dead_letter', 'expired')
 RETURNING *;
 
 -- name: outbox_purge_finished
--- Delete finished rows (delivered, dead_letter, expired) last changed before :now -
--- :older_than_s. Pending and delivering rows are never purged (R11).
+-- Delete at most :limit finished rows (delivered, dead_letter, expired) last changed before
+-- :now - :older_than_s, oldest first (a batch: R23's progress and bounded transactions). Pending
+-- and delivering rows are never purged (R11).
 DELETE FROM dispatch_outbox
-WHERE status IN ('delivered', 'dead_letter', 'expired') AND updated_at < :now - :older_than_s;
+WHERE id IN (SELECT id FROM dispatch_outbox
+             WHERE status IN ('delivered', 'dead_letter', 'expired')
+               AND updated_at < :now - :older_than_s
+             ORDER BY updated_at LIMIT :limit);
 
 -- name: schedule_insert
 -- Create a schedule unless a live one has the name; a removed schedule's row stays (R11) and
@@ -841,14 +889,21 @@ FROM schedules;
 SELECT to_regclass(:name) IS NOT NULL AS present;
 
 -- name: check_duplicate_keys
--- Idempotency keys held by more than one run (the unique index should keep this empty).
-SELECT idempotency_key, count(*) AS n, min(id) AS task_id FROM schedule_runs
-WHERE idempotency_key IS NOT NULL
-GROUP BY idempotency_key HAVING count(*) > 1;
+-- Idempotency keys held by more than one task (the unique index should keep this empty), a
+-- live run and an archived task's tombstone (R23) counting as two unless they are one task.
+SELECT idempotency_key, count(DISTINCT id) AS n, min(id) AS task_id
+FROM (SELECT idempotency_key, id FROM schedule_runs WHERE idempotency_key IS NOT NULL
+      UNION ALL
+      SELECT idempotency_key, task_id FROM task_key_tombstones) AS k
+GROUP BY idempotency_key HAVING count(DISTINCT id) > 1;
 
 -- name: check_runs_by_keys
--- The runs holding the idempotency keys of :keys (a JSON array).
+-- The runs holding the idempotency keys of :keys (a JSON array), and the archived tasks whose
+-- tombstones hold them (R23: the key's promise is kept).
 SELECT idempotency_key, id FROM schedule_runs
+WHERE idempotency_key IN (SELECT jsonb_array_elements_text(:keys::jsonb))
+UNION ALL
+SELECT idempotency_key, task_id FROM task_key_tombstones
 WHERE idempotency_key IN (SELECT jsonb_array_elements_text(:keys::jsonb));
 
 -- name: check_running_without_lease
@@ -1089,12 +1144,20 @@ FROM unnest(:task_id::text[], :attempt::integer[], :result::text[]) AS r(task_id
 
 -- name: result_get
 -- R22: a task's status and its completing attempt's stored result (NULL: none), in one read;
--- no row: no such task. Only an applied completion writes a result, so the attempt is the
--- row's last lease's.
+-- no row: no such task, live or archived. Only an applied completion writes a result, so the
+-- attempt is the row's last lease's.
 SELECT s.status, s.lease_attempts AS attempt, r.result
 FROM schedule_runs s
 LEFT JOIN task_results r ON r.task_id = s.id AND r.attempt = s.lease_attempts
-WHERE s.id = :id;
+WHERE s.id = :id
+UNION ALL
+-- R23: an archived task's, from its document
+SELECT a.status, (a.document -> 'run' ->> 'lease_attempts')::integer,
+       (SELECT x ->> 'result' FROM jsonb_array_elements(a.document -> 'results') AS x
+        WHERE (x ->> 'attempt')::integer = (a.document -> 'run' ->> 'lease_attempts')::integer
+        LIMIT 1)
+FROM archived_runs a WHERE a.id = :id
+LIMIT 1;
 
 -- name: result_of_dependencies
 -- R22: each dependency of :task_id (R21) with its stored result (NULL: none, or not
@@ -1172,6 +1235,8 @@ FROM unnest(
   idempotency_key, application_hash, admission_source, chain_parent_id, chain_depth,
   run_after, priority, max_attempts, limit_key
 )
+WHERE NOT EXISTS (SELECT 1 FROM task_key_tombstones t
+                  WHERE t.idempotency_key = r.idempotency_key)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
 -- name: session_revoke
@@ -1323,6 +1388,136 @@ LIMIT :limit;
 -- What a graph or tree shows of the tasks :ids (a JSON array).
 SELECT id, action_kind, status, idempotency_key, created_at, ended_at FROM schedule_runs
 WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+
+-- R23 retention: ``taskward prune`` (retention.py) and ``taskward archive`` (archive.py).
+
+-- name: event_count_before
+-- Events (task_events) created before :before: what ``taskward prune --dry-run`` would delete.
+SELECT count(*) AS n FROM task_events WHERE created_at < :before;
+
+-- name: event_prune_batch
+-- R23: delete at most :limit events created before :before, oldest first (one batch of
+-- ``taskward prune``; idx_task_events_created). Facts are never deleted here: the events are a
+-- feed, the facts the record (a task's history reads its facts).
+DELETE FROM task_events
+WHERE id IN (SELECT id FROM task_events WHERE created_at < :before
+             ORDER BY created_at LIMIT :limit);
+
+-- name: outbox_count_finished
+-- The finished rows outbox_purge_finished would delete: a dry run of it.
+SELECT count(*) AS n FROM dispatch_outbox
+WHERE status IN ('delivered', 'dead_letter', 'expired') AND updated_at < :now - :older_than_s;
+
+-- name: archive_counts
+-- For ``taskward archive --dry-run``: terminal tasks last changed before :before (``old``), and
+-- how many of them archive_candidates would take now (``ready``; the others are held by a live
+-- task that refers to them -- a retry, a dependent -- or by a pending notification).
+SELECT count(*) AS old,
+       sum(CASE WHEN NOT EXISTS (SELECT 1 FROM schedule_runs c WHERE c.chain_parent_id = r.id)
+                 AND NOT EXISTS (SELECT 1 FROM task_dependencies d WHERE d.depends_on_id = r.id)
+                 AND NOT EXISTS (SELECT 1 FROM dispatch_outbox o
+                                 WHERE o.schedule_run_id = r.id
+                                   AND o.status IN ('pending', 'delivering'))
+                THEN 1 ELSE 0 END) AS ready
+FROM schedule_runs r
+WHERE r.status IN (SELECT jsonb_array_elements_text(:terminal::jsonb))
+  AND r.created_at < :before AND COALESCE(r.updated_at, r.created_at) < :before;
+
+-- name: archive_candidates
+-- R23: at most :limit terminal tasks (:terminal, JSON) last changed before :before that nothing
+-- live refers to: no run names one as its chain parent (a retry, R19: the foreign key), no
+-- dependency link names one (R21: a dependent's links move with the dependent, so a dependency
+-- goes after its dependents) and no notification of one is still pending or delivering. Oldest
+-- first; what they hold back goes in a later batch, once the tasks that refer to it have.
+SELECT r.id FROM schedule_runs r
+WHERE r.status IN (SELECT jsonb_array_elements_text(:terminal::jsonb))
+  AND r.created_at < :before AND COALESCE(r.updated_at, r.created_at) < :before
+  AND NOT EXISTS (SELECT 1 FROM schedule_runs c WHERE c.chain_parent_id = r.id)
+  AND NOT EXISTS (SELECT 1 FROM task_dependencies d WHERE d.depends_on_id = r.id)
+  AND NOT EXISTS (SELECT 1 FROM dispatch_outbox o
+                  WHERE o.schedule_run_id = r.id AND o.status IN ('pending', 'delivering'))
+ORDER BY r.created_at, r.id
+LIMIT :limit;
+
+-- name: archive_tombstones
+-- R23: the keys of :ids (JSON) as tombstones, committed before their tasks move (archive.py
+-- says why); a key already there stays as it is.
+INSERT INTO task_key_tombstones (idempotency_key, application_hash, task_id, run_after,
+                                 archived_at)
+SELECT idempotency_key, application_hash, id, run_after, :now FROM schedule_runs
+WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb)) AND idempotency_key IS NOT NULL
+ON CONFLICT (idempotency_key) DO NOTHING;
+
+-- name: archive_lock
+-- The batch's tasks (:ids) that archive_candidates would still take, locked until the batch
+-- commits (PostgreSQL; SQLite has one writer).
+SELECT r.* FROM schedule_runs r
+WHERE r.id IN (SELECT jsonb_array_elements_text(:ids::jsonb)) AND r.status IN (SELECT jsonb_array_elements_text(:terminal::jsonb))
+  AND r.created_at < :before AND COALESCE(r.updated_at, r.created_at) < :before
+  AND NOT EXISTS (SELECT 1 FROM schedule_runs c WHERE c.chain_parent_id = r.id)
+  AND NOT EXISTS (SELECT 1 FROM task_dependencies d WHERE d.depends_on_id = r.id)
+  AND NOT EXISTS (SELECT 1 FROM dispatch_outbox o
+                  WHERE o.schedule_run_id = r.id AND o.status IN ('pending', 'delivering'))
+ORDER BY r.created_at, r.id
+FOR UPDATE OF r;
+
+-- name: archive_facts_of
+SELECT * FROM status_transitions WHERE entity_id IN (SELECT jsonb_array_elements_text(:ids::jsonb)) ORDER BY seq;
+
+-- name: archive_events_of
+SELECT * FROM task_events WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb)) ORDER BY seq;
+
+-- name: archive_summaries_of
+SELECT * FROM task_summaries WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb)) ORDER BY task_id, attempt;
+
+-- name: archive_results_of
+SELECT * FROM task_results WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb)) ORDER BY task_id, attempt;
+
+-- name: archive_links_of
+SELECT * FROM task_dependencies WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb)) ORDER BY task_id, depends_on_id;
+
+-- name: archive_notifications_of
+SELECT * FROM dispatch_outbox WHERE schedule_run_id IN (SELECT jsonb_array_elements_text(:ids::jsonb)) ORDER BY created_at, id;
+
+-- name: archived_run_insert_many
+-- One archived task's document (archive.py builds it), written before its rows leave.
+INSERT INTO archived_runs (id, status, action_kind, created_at, ended_at, archived_at,
+                           document)
+SELECT r.id, r.status, r.action_kind, r.created_at, r.ended_at, :now, r.document::jsonb
+FROM unnest(
+  :id::text[], :status::text[], :action_kind::text[], :created_at::float8[],
+  :ended_at::float8[], :document::text[]
+) AS r(id, status, action_kind, created_at, ended_at, document);
+
+-- name: archive_delete_events
+DELETE FROM task_events WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+
+-- name: archive_delete_summaries
+DELETE FROM task_summaries WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+
+-- name: archive_delete_results
+DELETE FROM task_results WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+
+-- name: archive_delete_links
+DELETE FROM task_dependencies WHERE task_id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+
+-- name: archive_delete_notifications
+DELETE FROM dispatch_outbox WHERE schedule_run_id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+
+-- name: archive_delete_facts
+-- Allowed by the append-only trigger only because each task's document is in archived_runs.
+DELETE FROM status_transitions WHERE entity_id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+
+-- name: archive_release_workers
+-- A worker row still naming an archived task as its (informational) leased run forgets it.
+UPDATE workers SET leased_run_id = NULL WHERE leased_run_id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+
+-- name: archive_delete_runs
+DELETE FROM schedule_runs WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb));
+
+-- name: archived_run_get
+-- An archived task (R23): reads.get_task and list_transitions read it when the live row is gone.
+SELECT id, archived_at, document FROM archived_runs WHERE id = :id;
 
 -- name: dash_task_list
 -- The dashboard's task list (activity.search_tasks): newest first from a (created_at, id)
