@@ -35,6 +35,9 @@ class ClaimedRun:
     lease: Lease
     token: CancellationToken = field(default_factory=CancellationToken)
     result: TaskExecutionResult | None = None
+    # The run's OpenTelemetry span (``tracing.start_run``), ended with the terminal transition
+    # when the source forgets the lease; None when not tracing.
+    span: Any = None
 
 
 # Acknowledgements are frozen models: the few possible answers are built once.
