@@ -16,6 +16,7 @@ command adapter's child process is not given the context.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -39,15 +40,35 @@ _NOT_RUNNING: Final = nullcontext()
 
 
 @lru_cache(maxsize=8)
-def _tracer_of(provider: Any) -> Any:
+def _tracer_of(provider: Any) -> Any | None:
+    """The tracer of a configured ``provider``; None for the API's proxy (no provider set) or
+    no-op one. Answered once per provider (an ``isinstance`` on the API's abstract classes is
+    not free), and a process's provider, once set, never changes."""
+    api = sys.modules[API_MODULE]
+    if isinstance(provider, (api.ProxyTracerProvider, api.NoOpTracerProvider)):
+        return None
     return provider.get_tracer(TRACER_NAME)
 
 
+@cache
+def _provider_in_environment() -> bool:
+    return "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+
+
 def _tracer(api: Any) -> Any | None:
-    """The tracer of the configured provider; None while none is (the API's proxy or no-op)."""
-    provider = api.get_tracer_provider()
-    if isinstance(provider, (api.ProxyTracerProvider, api.NoOpTracerProvider)):
-        return None
+    """The tracer of the configured provider; None while none is (the API's proxy or no-op).
+
+    ``get_tracer_provider()`` looks in ``os.environ`` on every call until a provider is set,
+    which cost more than the rest of a run's tracing together; so while the API's global holds
+    no provider, and no provider is named in the environment (read once), the answer is None
+    without asking. An API without that global is asked every time."""
+    provider = getattr(api, "_TRACER_PROVIDER", api)
+    if provider is None:
+        if not _provider_in_environment():
+            return None
+        provider = api.get_tracer_provider()
+    elif provider is api:
+        provider = api.get_tracer_provider()
     return _tracer_of(provider)
 
 
@@ -185,7 +206,8 @@ def admission_span(
         return NOT_TRACED
     tracer = _tracer(api)
     if tracer is None:
-        if not api.get_current_span().get_span_context().is_valid:
+        current = api.get_current_span()
+        if current is api.INVALID_SPAN or not current.get_span_context().is_valid:
             return NOT_TRACED
         return Admitting(trace_context=_current_trace_context())
     attributes: dict[str, Any] = {
