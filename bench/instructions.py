@@ -41,10 +41,10 @@ Usage::
     .venv/bin/python bench/instructions.py --layers drain --otel api   # tracing's idle cost
 
 ``--otel`` (issue 28's tracing): ``none`` (default) leaves OpenTelemetry unimported, as an
-application that does not trace; ``api`` imports ``opentelemetry.trace`` with no tracer provider
-(the API's no-op tracer, as in a process that imports FastAPI's instrumentation); ``sdk`` sets
-the SDK's tracer provider with no span processor (every span started and ended, none
-exported). The child sets it up before the measured region.
+application that does not trace; ``api`` imports ``opentelemetry.trace`` with no tracer
+provider (the API's no-op tracer, as in ``taskward serve``/``up``, whose FastAPI imports it);
+``sdk`` sets the SDK's tracer provider with no span processor (every span started and ended,
+none exported). The child sets it up before the measured region.
 
 It prints one JSON line on stdout (a table and progress on stderr); exit 1 on a violation.
 """
