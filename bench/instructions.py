@@ -38,6 +38,13 @@ Usage::
     .venv/bin/python bench/instructions.py                      # SQLite, 2,000 tasks, 2 repeats
     .venv/bin/python bench/instructions.py --backend postgres
     .venv/bin/python bench/instructions.py --src /tmp/before/src --layers drain
+    .venv/bin/python bench/instructions.py --layers drain --otel api   # tracing's idle cost
+
+``--otel`` (issue 28's tracing): ``none`` (default) leaves OpenTelemetry unimported, as an
+application that does not trace; ``api`` imports ``opentelemetry.trace`` with no tracer
+provider (the API's no-op tracer, as in ``taskward serve``/``up``, whose FastAPI imports it);
+``sdk`` sets the SDK's tracer provider with no span processor (every span started and ended,
+none exported). The child sets it up before the measured region.
 
 It prints one JSON line on stdout (a table and progress on stderr); exit 1 on a violation.
 """
@@ -330,6 +337,18 @@ CHILDREN: dict[str, Callable[[argparse.Namespace, Region], dict[str, Any]]] = {
 }
 
 
+def set_up_tracing(mode: str) -> None:
+    """``--otel``: OpenTelemetry left alone, its API imported, or the SDK's provider set."""
+    if mode == "none":
+        return
+    from opentelemetry import trace
+
+    if mode == "sdk":
+        from opentelemetry.sdk.trace import TracerProvider
+
+        trace.set_tracer_provider(TracerProvider())
+
+
 def run_child(args: argparse.Namespace) -> int:
     region = Region()
     if not region.on_valgrind() and not args.native:
@@ -337,6 +356,7 @@ def run_child(args: argparse.Namespace) -> int:
         return 2
     import taskward
 
+    set_up_tracing(args.otel)
     out = CHILDREN[args.child](args, region)
     if not (region.started and region.stopped):
         out["violations"].append("the measured region was not started and stopped once")
@@ -457,6 +477,8 @@ def measure(args: argparse.Namespace, layer: str, out_dir: Path, tag: str) -> di
         args.backend,
         "--pg-url",
         args.pg_url,
+        "--otel",
+        args.otel,
     ]
     env = dict(os.environ, PYTHONHASHSEED="0")  # str hashes, so dict probes, repeat exactly
     if args.src:
@@ -546,6 +568,7 @@ def make_report(
             for runs in repeats
         ],
         "backend": args.backend,
+        "otel": args.otel,
         "count": args.count,
         "concurrency": args.concurrency,
         "taskward": taskward_dir,
@@ -609,6 +632,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--src", default="", help="a taskward src directory to measure (A/B)")
     parser.add_argument("--pg-url", default=DEFAULT_PG_URL)
+    parser.add_argument(
+        "--otel",
+        choices=("none", "api", "sdk"),
+        default="none",
+        help="OpenTelemetry in the children: not imported, the API without a provider, or "
+        "the SDK's provider without an exporter (none)",
+    )
     parser.add_argument("--nice", type=int, default=10, help="niceness of the children (10)")
     parser.add_argument("--keep", default="", help="keep the callgrind files in this directory")
     parser.add_argument("--child", choices=LAYERS, help=argparse.SUPPRESS)

@@ -35,6 +35,7 @@ from taskward.store.open import (
     is_caller_connection,
 )
 from taskward.store.port import StateDB, Tx
+from taskward.tracing import NOT_TRACED, Admitting, admission_span
 
 T = TypeVar("T")
 
@@ -89,19 +90,25 @@ async def _submit_in(
     """R24: ``app`` admitted in the caller's transaction on ``conn`` (``admit_in``, in a
     savepoint of it: a conflict or a missing dependency undoes only admission's writes)."""
     admitted = validate_admission(app, registry, admission_source)
-    # A driver that confines its connection to a thread of its own (aiosqlite) runs the whole
-    # admission there, synchronously: every await in it is of a call already done.
-    threaded = await in_driver_thread(
-        conn, lambda raw: _completed(_admit_on(raw, admitted, admission_source))
-    )
-    if threaded is not None:
-        return threaded
-    return await _admit_on(conn, admitted, admission_source)
+    # The span is this thread's: the driver's thread below gets its context explicitly.
+    with admission_span(
+        admission_source, kind=admitted.action_kind, key=admitted.idempotency_key
+    ) as span:
+        # A driver that confines its connection to a thread of its own (aiosqlite) runs the
+        # whole admission there, synchronously: every await in it is of a call already done.
+        threaded = await in_driver_thread(
+            conn, lambda raw: _completed(_admit_on(raw, admitted, admission_source, span))
+        )
+        if threaded is not None:
+            return threaded
+        return await _admit_on(conn, admitted, admission_source, span)
 
 
-async def _admit_on(conn: Any, admitted: AdmittedApplication, admission_source: str) -> str:
+async def _admit_on(
+    conn: Any, admitted: AdmittedApplication, admission_source: str, span: Admitting
+) -> str:
     async with caller_transaction(conn) as tx:
-        ids = await admit_in(tx, [admitted], admission_source)
+        ids = await admit_in(tx, [admitted], admission_source, span=span)
     return ids[admitted.idempotency_key]
 
 
@@ -156,14 +163,37 @@ async def admit_task(
     Raises: as ``submit_task``.
     """
     admitted = validate_admission(app, registry, admission_source)
-    if admitted.depends_on:
-        admission = await _admit_with_dependencies(db, admitted, admission_source, schedule_id, now)
-        if db.metrics is not None:
-            db.metrics.admitted(admitted.action_kind, created=admission.created)
-        return admission
-    # One statement, its own transaction (R8): INSERT ... ON CONFLICT DO NOTHING. Only when it
-    # inserted nothing is the existing row read and its hash compared.
-    params = insert_params(admitted, admission_source, schedule_id, now)
+    with admission_span(
+        admission_source, kind=admitted.action_kind, key=admitted.idempotency_key
+    ) as span:
+        trace_context = span.trace_context
+        if admitted.depends_on:
+            admission = await _admit_with_dependencies(
+                db, admitted, admission_source, schedule_id, now, trace_context
+            )
+        else:
+            admission = await _admit_alone(
+                db, admitted, admission_source, schedule_id, now, trace_context
+            )
+        span.admitted(admission.task_id, admission.created)
+    if db.metrics is not None:  # after the commit: the one place admissions are counted
+        db.metrics.admitted(admitted.action_kind, created=admission.created)
+    return admission
+
+
+async def _admit_alone(
+    db: StateDB,
+    admitted: AdmittedApplication,
+    admission_source: str,
+    schedule_id: str | None,
+    now: float | None,
+    trace_context: str | None,
+) -> Admission:
+    """One statement, its own transaction (R8): INSERT ... ON CONFLICT DO NOTHING. Only when it
+    inserted nothing is the existing row read and its hash compared."""
+    params = insert_params(
+        admitted, admission_source, schedule_id, now, trace_context=trace_context
+    )
     if await db.execute("run_insert_if_new", params):
         db.wake("queued")
         admission = Admission(task_id=params["id"], created=True)
@@ -172,8 +202,6 @@ async def admit_task(
             "run_get_by_key", {"idempotency_key": admitted.idempotency_key}
         )
         admission = replayed_admission(admitted, existing)
-    if db.metrics is not None:  # after the commit: the one place admissions are counted
-        db.metrics.admitted(admitted.action_kind, created=admission.created)
     return admission
 
 
@@ -183,11 +211,14 @@ async def _admit_with_dependencies(
     admission_source: str,
     schedule_id: str | None,
     now: float | None,
+    trace_context: str | None,
 ) -> Admission:
     """``admit_task`` for an application with ``depends_on`` (R21): the insert, the links and
     the first readiness move in one transaction (``dependencies.link_admitted``); a replayed
     key links nothing (its task was linked when it was admitted)."""
-    params = insert_params(admitted, admission_source, schedule_id, None)
+    params = insert_params(
+        admitted, admission_source, schedule_id, None, trace_context=trace_context
+    )
     del params["now"]  # the statement's time is the transaction's
     async with db.transaction(now=now) as tx:
         if await tx.execute("run_insert_if_new", params):
@@ -221,9 +252,12 @@ def insert_params(
     trigger_context: str = "{}",
     chain_parent_id: str | None = None,
     chain_depth: int = 0,
+    trace_context: str | None = None,
 ) -> dict[str, Any]:
     """``run_insert_if_new``'s parameters for one admission, with a new time-ordered id; the
-    chain columns are an operator retry's (R19, ``resubmit.retry_task``)."""
+    chain columns are an operator retry's (R19, ``resubmit.retry_task``); ``trace_context`` the
+    W3C trace context of admission's span (``tracing.admission_span``), stored with the task
+    and not part of its application (a replay with another context is the same task)."""
     return {
         "id": new_id(),
         "schedule_id": schedule_id,
@@ -246,6 +280,7 @@ def insert_params(
         "priority": admitted.priority,
         "max_attempts": admitted.max_attempts,
         "limit_key": admitted.limit_key,
+        "trace_context": trace_context,
         "now": now,
     }
 
@@ -305,8 +340,9 @@ async def submit_tasks(
             )
     unique = list(by_key.values())
     created: set[str] = set()
-    async with db.transaction(now=now) as tx:
-        ids = await admit_in(tx, unique, admission_source, created=created)
+    with admission_span(admission_source, count=len(unique)) as span:
+        async with db.transaction(now=now) as tx:
+            ids = await admit_in(tx, unique, admission_source, created=created, span=span)
     count_admissions(db, unique, ids, created)
     return [ids[a.idempotency_key] for a in admitted]
 
@@ -328,11 +364,14 @@ async def admit_in(
     admission_source: str,
     *,
     created: set[str] | None = None,
+    span: Admitting = NOT_TRACED,
 ) -> dict[str, str]:
     """Admit validated applications with distinct keys inside the open transaction ``tx``:
     one set-based insert, a replay check for each key that was taken, and R21's links for the
-    new rows that have dependencies. Returns key -> task id. ``submit_tasks`` and a workflow's
-    layers (``workflows``) write through it; the caller's rollback leaves nothing.
+    new rows that have dependencies. Returns key -> task id. ``submit_tasks``, a workflow's
+    layers (``workflows``) and R24's admission in a caller's transaction write through it; the
+    caller's rollback leaves nothing. ``span``: the caller's admission span, whose trace
+    context every new row stores and which records each task's answer.
 
     Raises:
         TaskIdempotencyConflict: a key already admitted a different application.
@@ -341,7 +380,10 @@ async def admit_in(
     if not unique:
         return {}
     # One set-based write for the whole call; a key already taken inserts nothing.
-    rows: list[dict[str, Any]] = [insert_params(a, admission_source, None, None) for a in unique]
+    trace_context = span.trace_context
+    rows: list[dict[str, Any]] = [
+        insert_params(a, admission_source, None, None, trace_context=trace_context) for a in unique
+    ]
     for params in rows:
         del params["now"]  # the statement's time is the transaction's
     [inserted] = await tx.write_many([("run_insert_many_if_new", rows)])
@@ -374,4 +416,8 @@ async def admit_in(
         await link_admitted(tx, links)
     if inserted:
         tx.notify("queued")
+    if span.recording:
+        for item in unique:
+            task_id = ids[item.idempotency_key]
+            span.admitted(task_id, task_id in new_ids)
     return ids

@@ -47,6 +47,7 @@ from taskward.registry import TaskAdapterRegistry
 from taskward.results import get_task_result
 from taskward.store.open import check_url, open_db, open_sync_db, resolve_url
 from taskward.store.port import Row, StateDB, SyncStatements
+from taskward.tracing import admission_span
 from taskward.workflows import Workflow
 
 T = TypeVar("T")
@@ -179,11 +180,21 @@ class SyncClient:
                 )
             )
         db = self._store()
-        params = insert_params(admitted, admission_source, schedule_id, now)
-        if db.execute("run_insert_if_new", params):
-            return Admission(task_id=params["id"], created=True)
-        existing = db.fetchone("run_get_by_key", {"idempotency_key": admitted.idempotency_key})
-        return replayed_admission(admitted, existing)
+        with admission_span(
+            admission_source, kind=admitted.action_kind, key=admitted.idempotency_key
+        ) as span:
+            params = insert_params(
+                admitted, admission_source, schedule_id, now, trace_context=span.trace_context
+            )
+            if db.execute("run_insert_if_new", params):
+                admission = Admission(task_id=params["id"], created=True)
+            else:
+                existing = db.fetchone(
+                    "run_get_by_key", {"idempotency_key": admitted.idempotency_key}
+                )
+                admission = replayed_admission(admitted, existing)
+            span.admitted(admission.task_id, admission.created)
+        return admission
 
     # -- the rest of the API, through the portal ------------------------------------------------
 

@@ -20,6 +20,7 @@ from taskward.lifecycle import is_terminal
 from taskward.models import MAX_KEY_LENGTH, Actor, TaskApplication, check_key, shown_text
 from taskward.registry import TaskAdapterRegistry
 from taskward.store.port import StateDB
+from taskward.tracing import admission_span
 
 RETRY_KEY_PREFIX: Final = "retry:"
 
@@ -80,20 +81,27 @@ async def retry_task(
         max_attempts=ceiling if 1 <= (ceiling := int(row["max_attempts"])) <= 100 else None,
     )
     admitted = validate_admission(app, registry, "retry")
-    params = insert_params(
-        admitted,
-        "retry",
-        row["schedule_id"],
-        now,
-        trigger_context=dumps({"retry_of": task_id, "actor": actor.label()}),
-        chain_parent_id=task_id,
-        chain_depth=int(row["chain_depth"] or 0) + 1,
-    )
-    if await db.execute("run_insert_if_new", params):
-        db.wake("queued")
-        return str(params["id"])
-    existing = await db.fetchone("run_get_by_key", {"idempotency_key": admitted.idempotency_key})
-    return replayed_admission(admitted, existing).task_id
+    with admission_span("retry", kind=admitted.action_kind, key=admitted.idempotency_key) as span:
+        params = insert_params(
+            admitted,
+            "retry",
+            row["schedule_id"],
+            now,
+            trigger_context=dumps({"retry_of": task_id, "actor": actor.label()}),
+            chain_parent_id=task_id,
+            chain_depth=int(row["chain_depth"] or 0) + 1,
+            trace_context=span.trace_context,
+        )
+        if await db.execute("run_insert_if_new", params):
+            db.wake("queued")
+            span.admitted(params["id"], True)
+            return str(params["id"])
+        existing = await db.fetchone(
+            "run_get_by_key", {"idempotency_key": admitted.idempotency_key}
+        )
+        replayed = replayed_admission(admitted, existing).task_id
+        span.admitted(replayed, False)
+        return replayed
 
 
 __all__ = ["RETRY_KEY_PREFIX", "retry_key", "retry_task"]

@@ -29,6 +29,7 @@ from taskward.errors import TaskValidationError
 from taskward.models import MAX_KEY_LENGTH, TaskApplication, check_key
 from taskward.registry import TaskAdapterRegistry
 from taskward.store.port import StateDB
+from taskward.tracing import admission_span
 
 # A step's name: printable, no "/" (it ends the step's key), short enough that the workflow's
 # key, a "/" and the name fit one idempotency key.
@@ -219,14 +220,17 @@ class Workflow:
         created: set[str] = set()
         steps: list[AdmittedApplication] = []
         keys: dict[str, str] = {}
-        async with db.transaction(now=now) as tx:
-            for layer in self._layers():
-                admitted = [self._validated(spec, ids, registry) for spec in layer]
-                by_key = await admit_in(tx, admitted, admission_source, created=created)
-                for spec, item in zip(layer, admitted, strict=True):
-                    ids[spec.name] = by_key[item.idempotency_key]
-                steps += admitted
-                keys.update(by_key)
+        with admission_span(admission_source, count=len(self._steps)) as span:
+            async with db.transaction(now=now) as tx:
+                for layer in self._layers():
+                    admitted = [self._validated(spec, ids, registry) for spec in layer]
+                    by_key = await admit_in(
+                        tx, admitted, admission_source, created=created, span=span
+                    )
+                    for spec, item in zip(layer, admitted, strict=True):
+                        ids[spec.name] = by_key[item.idempotency_key]
+                    steps += admitted
+                    keys.update(by_key)
         count_admissions(db, steps, keys, created)
         return {name: ids[name] for name in self._steps}
 

@@ -6,8 +6,10 @@ no traceback). A fresh virtual environment with the core install alone is checke
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +63,52 @@ def test_import_taskward_loads_a_public_name_only_when_it_is_used() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[]", "True", "True", "True"]
+
+
+# Submits a task and runs it with a burst worker on a fresh SQLite store, then prints the task's
+# status and stored trace context, and which OpenTelemetry modules were imported.
+ADMIT_AND_RUN = """
+import asyncio, json, sys
+import taskward
+from taskward.adapters import AdapterConfig, build_registry
+from taskward.runtime import WorkerConfig, WorkerRuntime
+
+async def main(url):
+    registry = build_registry(AdapterConfig(command_allowlist=frozenset({"true"})))
+    app = taskward.TaskApplication(
+        action_kind="command", args={"argv": ["true"]}, execution_target="host",
+        idempotency_key="lean-otel",
+    )
+    async with taskward.open_db(url) as db:
+        task_id = await taskward.submit_task(db, app, registry=registry)
+        config = WorkerConfig(
+            concurrency=1, idle_wait_s=0.02, run_scheduler=False, deliver_outbox=False,
+            exit_when_idle=True,
+        )
+        assert await WorkerRuntime(db, registry, config).run() == 0
+        row = await taskward.get_task(db, task_id)
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry" and sys.modules[m])
+    print(json.dumps([row["status"], row["trace_context"], loaded]))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("installed", [True, False], ids=["otel-installed", "otel-missing"])
+def test_tracing_costs_nothing_until_the_application_imports_opentelemetry(
+    installed: bool, tmp_path: Path
+) -> None:
+    """``taskward[otel]`` is optional: without OpenTelemetry (blocked in the child) admission
+    and the worker behave as ever, and with it installed but not imported by the application
+    taskward imports none of it (``taskward.tracing`` only looks in ``sys.modules``)."""
+    blocked = "" if installed else "sys.modules['opentelemetry'] = None\n"
+    code = "import sys\n" + blocked + ADMIT_AND_RUN
+    done = subprocess.run(
+        [sys.executable, "-c", code, f"sqlite:///{tmp_path}/lean-otel.db"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["completed", None, []]

@@ -59,6 +59,7 @@ EXPECTED_RUN_COLUMNS = {
     "max_attempts",
     "limit_key",
     "has_dependents",
+    "trace_context",  # issue 28: the admission span's W3C context
 }
 EXPECTED_FACT_COLUMNS = {
     "id",

@@ -45,6 +45,7 @@ def run_params(**changes: Any) -> dict[str, Any]:
         "priority": 0,
         "max_attempts": None,
         "limit_key": None,
+        "trace_context": None,
     }
     params.update(changes)
     return params

@@ -87,7 +87,7 @@ def test_children_run_under_nice_and_callgrind_with_instrumentation_off(tmp_path
 
 
 def test_report_gives_the_budget_the_spread_and_the_cost_by_object() -> None:
-    args = argparse.Namespace(backend="sqlite", count=10, concurrency=4)
+    args = argparse.Namespace(backend="sqlite", count=10, concurrency=4, otel="none")
 
     def run(total: int, sqlite: int = 0, **extra: object) -> dict[str, object]:
         by_object = {"libpython": total - sqlite, "libsqlite3": sqlite}

@@ -36,6 +36,9 @@ class ClaimedRun:
     token: CancellationToken = field(default_factory=CancellationToken)
     result: TaskExecutionResult | None = None
     claimed_mono: float = 0.0  # time.monotonic() at its registration: the run time's start
+    # The run's OpenTelemetry span (``tracing.start_run``), ended with the terminal transition
+    # when the source forgets the lease; None when not tracing.
+    span: Any = None
 
 
 # Acknowledgements are frozen models: the few possible answers are built once.

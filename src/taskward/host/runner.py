@@ -11,6 +11,7 @@ from taskward.host.models import Task
 from taskward.host.ports import TaskRunFailure
 from taskward.host.source import LocalTaskSource
 from taskward.registry import TaskAdapterRegistry
+from taskward.tracing import running, start_run
 
 
 class TaskSession:
@@ -31,15 +32,19 @@ class AdapterRunner:
 
     async def __call__(self, task: Task, session: Any) -> dict[str, Any]:
         claim = self.source.claimed(task.id)
-        # The host's watchdog bounds the run (D5): no second one inside.
-        result = await execute_lease(
-            self.registry,
-            claim.row,
-            claim.lease,
-            cancellation=claim.token,
-            watchdog=False,
-            db=self.source.db,  # a TaskContext reads its dependencies' results here (R22)
-        )
+        # The run's span continues admission's trace (None when not tracing); the source ends
+        # it with the terminal transition (``LocalTaskSource._forget``).
+        claim.span = start_run(claim.row, task.attempt, task.lease_id, self.source.spec.worker_id)
+        with running(claim.span):
+            # The host's watchdog bounds the run (D5): no second one inside.
+            result = await execute_lease(
+                self.registry,
+                claim.row,
+                claim.lease,
+                cancellation=claim.token,
+                watchdog=False,
+                db=self.source.db,  # a TaskContext reads its dependencies' results here (R22)
+            )
         self.source.record_result(task.id, result)
         kind = claim.lease.action_kind
         if isinstance(session, TaskSession):

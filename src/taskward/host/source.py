@@ -62,6 +62,7 @@ from taskward.host.summaries import LocalSummaryStore
 from taskward.models import TransitionResult
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
 from taskward.store.port import Row, StateDB
+from taskward.tracing import end_run
 
 # How far past a delayed row's due time an idle source wakes for it (R16), and the shortest
 # wait it ever asks for.
@@ -375,7 +376,7 @@ class LocalTaskSource:
                 result=completion_result(execution) if completed is not None else None,
             )
         except TransitionIdempotencyConflict:
-            self._forget(task_id, lease_id)
+            self._forget(task_id, lease_id, applied=False)
             return STALE
         if not transition.applied:
             await keep_stale(self.db, lease, transition, execution, completed, failure)
@@ -403,15 +404,16 @@ class LocalTaskSource:
                 transition.current_state,
                 time.monotonic() - claim.claimed_mono if held and claim is not None else None,
             )
+        outcome = resolved[-1] if resolved else None
         if not transition.applied:
             # The row moved on (reclaimed, reaped, cancelled): this lease can never be
             # acknowledged again, so the side channel need not remember it.
-            self._forget(task_id, lease_id)
+            self._forget(task_id, lease_id, transition.current_state, None, applied=False)
             return ack
         self._acks[(task_id, lease_id)] = (digest, ack)
         while len(self._acks) > ACK_CACHE_SIZE:
             self._acks.popitem(last=False)
-        self._forget(task_id, lease_id)
+        self._forget(task_id, lease_id, transition.current_state, outcome)
         return ack
 
     # -- one-step finish (host.ports.FinishesInOneStep) ------------------------------------
@@ -532,10 +534,32 @@ class LocalTaskSource:
         claimed = await claim_rows(self.db, self.spec, limit=count) if count > 0 else []
         return Finished(claimed=claimed, ack=ack)
 
-    def _forget(self, task_id: str, lease_id: str) -> None:
+    def _forget(
+        self,
+        task_id: str,
+        lease_id: str,
+        state: str | None = None,
+        outcome: Outcome | None = None,
+        *,
+        applied: bool = True,
+    ) -> None:
+        """Drop the side channel's record of a settled lease; its run's span (when tracing)
+        ends here with the terminal transition: ``state`` the task's status after it, the
+        ``outcome`` written (None: refused, ``applied`` False)."""
         claim = self._claims.get(task_id)
         if claim is not None and claim.lease.lease_id == lease_id:
             del self._claims[task_id]
+            if claim.span is not None:
+                execution = claim.result
+                end_run(
+                    claim.span,
+                    state=state,
+                    reason=outcome.reason_code if outcome is not None else None,
+                    summary=outcome.summary if outcome is not None else None,
+                    applied=applied,
+                    adapter_status=execution.status if execution is not None else None,
+                    exit_code=execution.exit_code if execution is not None else None,
+                )
 
 
 __all__ = ["ClaimedRun", "LocalTaskSource"]

@@ -12,6 +12,7 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.u
 -- Admission (ADR-0072 D2, R8): insert a queued row unless the key exists, live or as an
 -- archived task's tombstone (R23: run_get_by_key then answers from it); writes no fact.
 -- :chain_parent_id / :chain_depth: NULL and 0, except for an operator retry (R19).
+-- :trace_context: admission span's W3C context (JSON text, tracing.py), else NULL.
 -- R16: queued_at is the later of the admission time and :run_after (GREATEST skips a NULL);
 -- R18: the effective ceiling is stored on the row, the application's or else the queue's
 -- setting (R6) read here, in the insert.
@@ -26,7 +27,7 @@ INSERT INTO schedule_runs (
   required_capabilities, execution_target,
   library_ref, library_content_hash,
   idempotency_key, application_hash, admission_source,
-  run_after, priority, max_attempts, limit_key
+  run_after, priority, max_attempts, limit_key, trace_context
 )
 SELECT
   :id, :schedule_id, NULL, :trigger_context::jsonb,
@@ -38,7 +39,7 @@ SELECT
   :run_after::float8, :priority::integer,
   COALESCE(:max_attempts::integer,
            (SELECT value::integer FROM queue_settings WHERE name = 'max_attempts'), 3),
-  :limit_key::text
+  :limit_key::text, :trace_context::text
 WHERE NOT EXISTS (SELECT 1 FROM task_key_tombstones WHERE idempotency_key = :idempotency_key)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id
@@ -1210,7 +1211,7 @@ INSERT INTO schedule_runs (
   required_capabilities, execution_target,
   library_ref, library_content_hash,
   idempotency_key, application_hash, admission_source,
-  run_after, priority, max_attempts, limit_key
+  run_after, priority, max_attempts, limit_key, trace_context
 )
 SELECT r.id, r.schedule_id, NULL, r.trigger_context::jsonb,
        r.action_kind, r.action_args::jsonb, 'queued', r.chain_parent_id, r.chain_depth,
@@ -1221,19 +1222,20 @@ SELECT r.id, r.schedule_id, NULL, r.trigger_context::jsonb,
        r.run_after, r.priority,
        COALESCE(r.max_attempts,
                 (SELECT value::integer FROM queue_settings WHERE name = 'max_attempts'), 3),
-       r.limit_key
+       r.limit_key, r.trace_context
 FROM unnest(
   :id::text[], :schedule_id::text[], :trigger_context::text[], :action_kind::text[],
   :action_args::text[], :concurrency_key::text[], :required_capabilities::text[],
   :execution_target::text[], :library_ref::text[], :library_content_hash::text[],
   :idempotency_key::text[], :application_hash::text[], :admission_source::text[],
   :chain_parent_id::text[], :chain_depth::integer[], :run_after::float8[],
-  :priority::integer[], :max_attempts::integer[], :limit_key::text[]
+  :priority::integer[], :max_attempts::integer[], :limit_key::text[],
+  :trace_context::text[]
 ) AS r(
   id, schedule_id, trigger_context, action_kind, action_args, concurrency_key,
   required_capabilities, execution_target, library_ref, library_content_hash,
   idempotency_key, application_hash, admission_source, chain_parent_id, chain_depth,
-  run_after, priority, max_attempts, limit_key
+  run_after, priority, max_attempts, limit_key, trace_context
 )
 WHERE NOT EXISTS (SELECT 1 FROM task_key_tombstones t
                   WHERE t.idempotency_key = r.idempotency_key)

@@ -12,6 +12,7 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.u
 -- Admission (ADR-0072 D2, R8): insert a queued row unless the key exists, live or as an
 -- archived task's tombstone (R23: run_get_by_key then answers from it); writes no fact.
 -- :chain_parent_id / :chain_depth: NULL and 0, except for an operator retry (R19).
+-- :trace_context: admission span's W3C context (JSON text, tracing.py), else NULL.
 -- R16: queued_at is the later of the admission time and :run_after (a delayed row waits at the
 -- end of the claim order until it is due); R18: the effective ceiling is stored on the row, the
 -- application's or else the queue's setting (R6) read here, in the insert.
@@ -25,7 +26,7 @@ INSERT INTO schedule_runs (
   required_capabilities, execution_target,
   library_ref, library_content_hash,
   idempotency_key, application_hash, admission_source,
-  run_after, priority, max_attempts, limit_key
+  run_after, priority, max_attempts, limit_key, trace_context
 )
 SELECT
   :id, :schedule_id, NULL, :trigger_context,
@@ -37,7 +38,7 @@ SELECT
   :run_after, :priority,
   COALESCE(:max_attempts,
            (SELECT CAST(value AS INTEGER) FROM queue_settings WHERE name = 'max_attempts'), 3),
-  :limit_key
+  :limit_key, :trace_context
 WHERE NOT EXISTS (SELECT 1 FROM task_key_tombstones WHERE idempotency_key = :idempotency_key)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
@@ -981,7 +982,7 @@ INSERT INTO schedule_runs (
   required_capabilities, execution_target,
   library_ref, library_content_hash,
   idempotency_key, application_hash, admission_source,
-  run_after, priority, max_attempts, limit_key
+  run_after, priority, max_attempts, limit_key, trace_context
 )
 SELECT
   :id, :schedule_id, NULL, :trigger_context,
@@ -993,7 +994,7 @@ SELECT
   :run_after, :priority,
   COALESCE(:max_attempts,
            (SELECT CAST(value AS INTEGER) FROM queue_settings WHERE name = 'max_attempts'), 3),
-  :limit_key
+  :limit_key, :trace_context
 WHERE NOT EXISTS (SELECT 1 FROM task_key_tombstones WHERE idempotency_key = :idempotency_key)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
