@@ -77,7 +77,7 @@ SELECT r.id, r.schedule_id, r.invocation_id, r.trigger_context, r.action_kind, r
   r.required_capabilities, r.execution_target, r.library_ref, r.library_content_hash,
   r.idempotency_key, r.application_hash, r.admission_source, r.retry_at, r.deadline_at,
   r.cancel_requested_at, r.cancel_requested_by, r.run_after, r.priority, r.claim_rank,
-  r.max_attempts, r.limit_key, r.has_dependents,
+  r.max_attempts, r.limit_key, r.has_dependents, r.trace_context,
   CASE WHEN a.inline THEN r.action_args END AS action_args,
   CASE WHEN NOT a.inline THEN left((r.action_args - 'env')::text, :args_head_chars) END AS args_head,
   a.args_bytes

@@ -71,7 +71,7 @@ SELECT id, schedule_id, invocation_id, trigger_context, action_kind, status, exi
   lease_expires_at, concurrency_key, lease_attempts, required_capabilities, execution_target,
   library_ref, library_content_hash, idempotency_key, application_hash, admission_source,
   retry_at, deadline_at, cancel_requested_at, cancel_requested_by,
-  run_after, priority, claim_rank, max_attempts, limit_key, has_dependents,
+  run_after, priority, claim_rank, max_attempts, limit_key, has_dependents, trace_context,
   CASE WHEN :full_args OR length(CAST(action_args AS BLOB)) <= :args_inline_bytes
     THEN action_args END AS action_args,
   CASE WHEN NOT (:full_args OR length(CAST(action_args AS BLOB)) <= :args_inline_bytes)
