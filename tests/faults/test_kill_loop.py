@@ -38,8 +38,9 @@ pytestmark = pytest.mark.slow
 
 # Recovery is due at lease expiry plus one reaper interval. The median may be later by
 # ``median_slack_s`` and the slowest by ``slowest_slack_s``: load (two cores, interpreters starting
-# while others drain, other suites on the machine), reaper passes that take longer when many
-# leases lapse at once, and restarts that leave fewer live reapers.
+# while others drain, the suite's other pytest-xdist workers busy beside this one), reaper passes
+# that take longer when many leases lapse at once, and restarts that leave fewer live reapers.
+# (Measured under CI's four xdist workers: median 3.4 s against a due time of 1.3 s.)
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,8 @@ class KillLoop:
     kill_every_s: float
     kill_for_s: float  # 0: no kills, only competing claimers
     drain_timeout_s: float
-    median_slack_s: float = 1.5
-    slowest_slack_s: float = 6.0
+    median_slack_s: float = 3.0
+    slowest_slack_s: float = 9.0
     # Each task naps this long (0: a no-op): the short loop must still be draining when the
     # kills come, however fast the workers are (a thousand no-ops drain before the third kill).
     nap_s: float = 0.0
