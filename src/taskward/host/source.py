@@ -15,21 +15,18 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 from taskward.canonical import canonical_json
 from taskward.claims import Claimed, Lease, WorkerSpec, claim_rows, renew_lease
-from taskward.errors import StoreError, StoreUnavailable, TransitionIdempotencyConflict
+from taskward.errors import StoreError, TransitionIdempotencyConflict
 from taskward.execution import (
     Outcome,
     RetryPolicy,
     completion_result,
-    finish_build,
     finish_run,
 )
 from taskward.groupcommit import GroupCommit
@@ -45,19 +42,16 @@ from taskward.host.acks import (
     parse_lease_id,
     presented_lease,
     recorded,
-    result_payload,
     system_actor,
 )
 from taskward.host.models import (
-    SessionSummary,
     Task,
     TaskAck,
     TaskFailure,
     TaskResult,
     checked_task,
 )
-from taskward.host.onestep import Finish, Finished, finish_together
-from taskward.host.ports import SummaryNotWritten, SummaryStore
+from taskward.host.onestep import OneStepFinish
 from taskward.host.summaries import LocalSummaryStore
 from taskward.models import TransitionResult
 from taskward.registry import CancellationToken, TaskAdapterRegistry, TaskExecutionResult
@@ -79,7 +73,7 @@ def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
 
-class LocalTaskSource:
+class LocalTaskSource(OneStepFinish):
     """A TaskSource over ``schedule_runs``; the attempt ceiling is the stored queue setting.
 
     A retry is due after the backoff of the task's kind when ``registry`` gives it one (R18),
@@ -415,124 +409,6 @@ class LocalTaskSource:
             self._acks.popitem(last=False)
         self._forget(task_id, lease_id, transition.current_state, outcome)
         return ack
-
-    # -- one-step finish (host.ports.FinishesInOneStep) ------------------------------------
-
-    @property
-    def summary_store(self) -> LocalSummaryStore | None:
-        """The summary store this source writes into when it finishes a task in one step."""
-        return self._summaries
-
-    def writes_summaries_to(self, store: SummaryStore) -> bool:
-        return self._summaries is not None and store is self._summaries
-
-    async def complete_with_summary(
-        self,
-        task_id: str,
-        lease_id: str,
-        result: TaskResult,
-        summary: SessionSummary,
-        *,
-        claim_next: Callable[[], int],
-    ) -> tuple[TaskAck, list[Task]]:
-        """The summary, the completion and the next claim for the freed slot in one transaction
-        — shared, like every unit of the group commit, with the other tasks finishing at the
-        same moment — instead of three commits one after the other.
-
-        D4 holds inside the transaction: the summary row is written first and the completion
-        commits only with it; D3 holds too: the claim pass runs after the completions it follows
-        and asks for at most ``claim_next()`` per finished task. Anything unusual (a summary
-        already there, a replay, an error) rolls the batch back and each finish takes the
-        two-step path: ``write``, then ``complete``, then ``claim_many``, each on its own.
-        """
-        if self._summaries is None:
-            raise RuntimeError("this LocalTaskSource was built without a summary store")
-        _, digest = result_payload(result)
-        claim = self._claims.get(task_id)
-        parsed = parse_lease_id(lease_id)
-
-        async def two_steps() -> Finished:
-            return await self._finish_in_steps(task_id, lease_id, result, summary, claim_next)
-
-        if (
-            claim is None
-            or claim.lease.lease_id != lease_id
-            or parsed is None
-            or (task_id, lease_id) in self._acks
-        ):
-            finished = await two_steps()
-            return await self._finished(finished, task_id, lease_id, digest, [])
-        outcome, resolved = recorded(
-            lambda now: host_outcome(
-                claim.row,
-                claim.lease,
-                claim.result,
-                result,
-                None,
-                max_attempts=0,
-                now=now,
-                policy=self.policy,
-            )
-        )
-        item = Finish(
-            summary=self._summaries.params(result.summary_ref, summary),
-            build=finish_build(
-                claim.lease,
-                outcome,
-                actor=system_actor(parsed[0]),
-                evidence_refs=evidence(claim.result, result),
-                key_suffix="ack",
-                result=completion_result(claim.result),  # R22: stored with the completion
-            ),
-            claim_next=claim_next,
-        )
-        finished = await self._group.run_many(
-            "host_finish", item, partial(finish_together, spec=self.spec), fallback=two_steps
-        )
-        if finished.transition is not None and not finished.transition.applied:
-            await keep_stale(self.db, claim.lease, finished.transition, claim.result, result, None)
-        return await self._finished(finished, task_id, lease_id, digest, resolved, claim)
-
-    async def _finished(
-        self,
-        finished: Finished,
-        task_id: str,
-        lease_id: str,
-        digest: str,
-        resolved: list[Outcome],
-        claim: ClaimedRun | None = None,
-    ) -> tuple[TaskAck, list[Task]]:
-        if finished.ack is not None:
-            ack = finished.ack
-        else:
-            assert finished.transition is not None and claim is not None
-            ack = self._settle(
-                task_id, lease_id, digest, finished.transition, resolved, claim.lease.action_kind
-            )
-        return ack, await self._register_all(finished.claimed)
-
-    async def _finish_in_steps(
-        self,
-        task_id: str,
-        lease_id: str,
-        result: TaskResult,
-        summary: SessionSummary,
-        claim_next: Callable[[], int],
-    ) -> Finished:
-        """The two-step path, each step in a transaction of its own (never the group's)."""
-        assert self._summaries is not None
-        try:
-            await self._summaries.write(result.summary_ref, summary, alone=True)
-        except StoreUnavailable:
-            raise  # the host retries the whole finish: every step of it is idempotent
-        except Exception as exc:
-            raise SummaryNotWritten(f"summary not written: {exc!r}") from exc
-        ack = await self._acknowledge(
-            task_id, lease_id, result.model_dump(mode="json"), completed=result, alone=True
-        )
-        count = claim_next()
-        claimed = await claim_rows(self.db, self.spec, limit=count) if count > 0 else []
-        return Finished(claimed=claimed, ack=ack)
 
     def _forget(
         self,
