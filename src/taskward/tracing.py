@@ -97,6 +97,24 @@ def _current_trace_context() -> str | None:
     return text
 
 
+def child_trace_env() -> dict[str, str]:
+    """The current span's W3C context for a child process's environment: ``TRACEPARENT`` (and
+    ``TRACESTATE`` when there is one), the names the OpenTelemetry environment-carrier
+    convention gives them, so a ``command`` task's program continues the run's trace. Empty
+    until the application imported OpenTelemetry, or outside a recording span's context."""
+    if API_MODULE not in sys.modules:
+        return {}
+    carrier: dict[str, str] = {}
+    _propagator().inject(carrier)
+    if "traceparent" not in carrier:
+        return {}
+    env = {"TRACEPARENT": carrier["traceparent"]}
+    state = carrier.get("tracestate", "")
+    if state and len(state) <= MAX_TRACE_CONTEXT_CHARS:
+        env["TRACESTATE"] = state
+    return env
+
+
 def parent_context(stored: object) -> Any:
     """The OpenTelemetry context a stored ``trace_context`` names (an empty one, so the run is a
     root span, when there is none or it is not a JSON object of W3C headers). Needs the API."""

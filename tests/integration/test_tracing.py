@@ -242,3 +242,43 @@ async def test_without_a_tracer_provider_nothing_is_started_and_only_a_callers_c
     await drain(db)
     for task_id in (plain, propagated):
         assert (await taskward.get_task(db, task_id))["status"] == "completed"
+
+
+async def test_a_command_tasks_program_gets_the_runs_trace_context_in_its_environment(
+    db: StateDB, spans: InMemorySpanExporter
+) -> None:
+    """A ``command`` task's program continues the run's trace: ``TRACEPARENT`` in its
+    environment names the run span (the OpenTelemetry environment-carrier names); a task's own
+    ``env`` still wins over it."""
+    commands = build_registry(AdapterConfig(command_allowlist=frozenset({"sh"})))
+    script = 'printf "%s|%s" "$TRACEPARENT" "$TRACESTATE"'
+    with tracer().start_as_current_span("request"):
+        traced = await taskward.submit_task(
+            db, app("command", argv=["sh", "-c", script]), registry=commands
+        )
+        overridden = await taskward.submit_task(
+            db,
+            app("command", argv=["sh", "-c", script], env={"TRACEPARENT": "mine"}),
+            registry=commands,
+        )
+    config = WorkerConfig(
+        concurrency=1,
+        idle_wait_s=0.02,
+        run_scheduler=False,
+        deliver_outbox=False,
+        exit_when_idle=True,
+    )
+    assert await asyncio.wait_for(WorkerRuntime(db, commands, config).run(), 60) == 0
+
+    async def output(task_id: str) -> str:
+        row = await taskward.get_task(db, task_id)
+        assert row["status"] == "completed", row
+        refs = row["status_evidence_refs"]
+        refs = json.loads(refs) if isinstance(refs, str) else refs
+        [process] = [ref for ref in refs if ref.get("kind") == "process"]
+        return str(process["output_tail"])
+
+    runs = [s for s in spans.get_finished_spans() if s.name == "taskward.run command"]
+    by_task = {dict(s.attributes or {})["taskward.task.id"]: s for s in runs}
+    assert await output(traced) == f"{traceparent(by_task[traced])}|"
+    assert await output(overridden) == "mine|"

@@ -49,6 +49,7 @@ from typing import Any, BinaryIO, Final
 from taskward.adapters.childenv import child_environment
 from taskward.errors import TaskValidationError
 from taskward.registry import CancellationToken, TaskExecutionResult
+from taskward.tracing import child_trace_env
 
 OUTPUT_TAIL_BYTES: Final = 8192
 KILL_GRACE_S: Final = 5.0
@@ -310,9 +311,10 @@ async def run_process(
     """Run ``argv``: exit 0 is completed, non-zero failed, timeout timed_out, cancel cancelled.
 
     The child's environment is ``child_environment(env, env_passthrough)``: the task's ``env``
-    over a few basics, never the worker's whole environment. The evidence holds the exit code,
-    timing and the last OUTPUT_TAIL_BYTES of stdout and stderr (interleaved). A program that
-    cannot start is a failed result, never an exception. With ``memory_limit_mb`` the child
+    over a few basics, never the worker's whole environment, and, while a traced run is current
+    (``taskward[otel]``), its ``TRACEPARENT``/``TRACESTATE`` under the task's ``env``. The
+    evidence holds the exit code, timing and the last OUTPUT_TAIL_BYTES of stdout and stderr
+    (interleaved). A program that cannot start is a failed result, never an exception. With ``memory_limit_mb`` the child
     runs under ``RLIMIT_AS``; dying of it is a retryable failure.
     """
     if cancellation.is_cancelled:
@@ -336,7 +338,8 @@ async def run_process(
             executable=program,
             cwd=cwd,
             # Always a full mapping: None would hand the child the worker's whole environment.
-            env=child_environment(env, env_passthrough),
+            # The run's trace context (taskward[otel]) sits under the task's own env, which wins.
+            env=child_environment({**child_trace_env(), **(env or {})}, env_passthrough),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=write_fd,
             stderr=write_fd,
