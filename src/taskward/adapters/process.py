@@ -314,8 +314,8 @@ async def run_process(
     over a few basics, never the worker's whole environment, and, while a traced run is current
     (``taskward[otel]``), its ``TRACEPARENT``/``TRACESTATE`` under the task's ``env``. The
     evidence holds the exit code, timing and the last OUTPUT_TAIL_BYTES of stdout and stderr
-    (interleaved). A program that cannot start is a failed result, never an exception. With ``memory_limit_mb`` the child
-    runs under ``RLIMIT_AS``; dying of it is a retryable failure.
+    (interleaved). A program that cannot start is a failed result, never an exception. With
+    ``memory_limit_mb`` the child runs under ``RLIMIT_AS``; dying of it is a retryable failure.
     """
     if cancellation.is_cancelled:
         return TaskExecutionResult(
