@@ -33,9 +33,11 @@ def _pg_available() -> str | None:
 
 _PG_PROBLEM = _pg_available()
 
-# ``scripts/test`` runs the suite on several pytest-xdist workers with ``--dist loadgroup``. The
-# tests that start many OS processes, or that time their processes, share one worker and run
-# one after another there, so they never compete with each other for a 2-core machine's CPU.
+# ``scripts/test`` runs the suite in two passes: everything but the tests that start many OS
+# processes and time them, on several pytest-xdist workers; then those (marked ``processes``
+# here), alone on the machine, one after another -- a loaded machine slows their workers'
+# start-up and reapers past the bounds they assert (once a 5.3 s median recovery against 1.3 s
+# due when they shared the CPUs with three other workers).
 TESTS_DIR = Path(__file__).resolve().parent
 PROCESS_HEAVY = frozenset({"concurrency", "faults", "stress"})
 
@@ -47,7 +49,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         except ValueError:
             continue
         if top in PROCESS_HEAVY:
-            item.add_marker(pytest.mark.xdist_group("processes"))
+            item.add_marker(pytest.mark.processes)
 
 
 def pg_schema_url(schema: str) -> str:
