@@ -85,11 +85,18 @@ def _propagator() -> Any:
     return TraceContextTextMapPropagator()
 
 
-def _current_trace_context() -> str | None:
-    """The current context's W3C headers as stored with a task (JSON text), or None."""
+def _current_carrier() -> dict[str, str] | None:
+    """The current context's W3C headers (``traceparent``, ``tracestate``), or None when no
+    span context is current. The API must be imported."""
     carrier: dict[str, str] = {}
     _propagator().inject(carrier)
-    if "traceparent" not in carrier:
+    return carrier if "traceparent" in carrier else None
+
+
+def _current_trace_context() -> str | None:
+    """The current context's W3C headers as stored with a task (JSON text), or None."""
+    carrier = _current_carrier()
+    if carrier is None:
         return None
     text = json.dumps(carrier, separators=(",", ":"), sort_keys=True)
     if len(text) > MAX_TRACE_CONTEXT_CHARS:
@@ -102,11 +109,8 @@ def child_trace_env() -> dict[str, str]:
     ``TRACESTATE`` when there is one), the names the OpenTelemetry environment-carrier
     convention gives them, so a ``command`` task's program continues the run's trace. Empty
     until the application imported OpenTelemetry, or outside a recording span's context."""
-    if API_MODULE not in sys.modules:
-        return {}
-    carrier: dict[str, str] = {}
-    _propagator().inject(carrier)
-    if "traceparent" not in carrier:
+    carrier = _current_carrier() if API_MODULE in sys.modules else None
+    if carrier is None:
         return {}
     env = {"TRACEPARENT": carrier["traceparent"]}
     state = carrier.get("tracestate", "")
