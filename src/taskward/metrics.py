@@ -108,6 +108,17 @@ class _Histogram:
             series = self.series[labels] = _Series(len(self.bounds))
         return series
 
+    def observe(self, labels: Labels, value: float) -> None:
+        """One observation: the bucket of the first bound >= ``value`` (``le`` is inclusive,
+        found by bisection), else +Inf; a value <= 0 (the same instant, or a clock step back)
+        counts as 0."""
+        series = self.series.get(labels) or self.child(labels)
+        if value > 0.0:
+            series.counts[bisect_left(self.bounds, value)] += 1
+            series.total += value
+        else:
+            series.counts[0] += 1
+
     def family(self) -> HistogramMetricFamily:
         from prometheus_client.core import HistogramMetricFamily
 
@@ -211,39 +222,22 @@ class TaskMetrics:
         """An admission answered: a new row, or a replayed key's existing one."""
         self.admissions.inc((kind, "new" if created else "existing"))
 
-    # The two recordings every task makes, written out (no calls but the bisect): each call
-    # saved is instructions saved a task (bench/instructions.py).
-
     def claimed(self, kind: str, wait_s: float) -> None:
         """A claim committed, ``wait_s`` after its row was queued (or due)."""
         key = (kind,)
-        counts = self.claims.values
-        counts[key] = counts.get(key, 0.0) + 1.0
-        wait = self.queue_wait
-        series = wait.series.get(key) or wait.child(key)
-        if wait_s > 0.0:  # le is inclusive: the first bound >= the value, else +Inf
-            series.counts[bisect_left(wait.bounds, wait_s)] += 1
-            series.total += wait_s
-        else:  # a claim the same instant, or a clock step back: 0
-            series.counts[0] += 1
+        self.claims.inc(key)
+        self.queue_wait.observe(key, wait_s)
 
     def ended(self, kind: str, status: str, run_s: float | None) -> None:
         """An attempt's acknowledgement committed, leaving the row in ``status``; ``run_s``
         None: its claim is not this process's (no run time observed)."""
         key = (kind, status)
         if status in _ENDS_TASK:
-            counts = self.completions.values
-            counts[key] = counts.get(key, 0.0) + 1.0
+            self.completions.inc(key)
         elif status == "retry_wait":
             self.retries.inc((kind, "failure"))
         if run_s is not None:
-            run = self.run_time
-            series = run.series.get(key) or run.child(key)
-            if run_s > 0.0:
-                series.counts[bisect_left(run.bounds, run_s)] += 1
-                series.total += run_s
-            else:
-                series.counts[0] += 1
+            self.run_time.observe(key, run_s)
 
     def lease_expired(self, kind: str, outcome: str) -> None:
         """The reaper moved an expired lease's row to ``outcome`` (retry_wait or failed)."""
