@@ -287,6 +287,7 @@ def child_adapter(args: argparse.Namespace, region: Region) -> dict[str, Any]:
 
 def child_sql(args: argparse.Namespace, region: Region) -> dict[str, Any]:
     from bench.sql_replay import Call, _replayed, admit, checkpoint, drain, store_state
+    from taskward.store.sqlite.connection import set_pragmas
 
     stores = Stores(args.pg_url, None, "instr")
     try:
@@ -301,12 +302,10 @@ def child_sql(args: argparse.Namespace, region: Region) -> dict[str, Any]:
         violations = list(audit_store(store, args.count).violations)
         replayed = [call for call in calls if _replayed(call)]
         # Not sql_replay.replay(): its per-statement timing and naming is Python work the count
-        # would include. Here: the driver's calls and nothing else (pragmas as SQLiteDB sets).
+        # would include. Here: the driver's calls and nothing else (the store's own pragmas).
         conn = sqlite3.connect(str(snapshot), isolation_level=None, timeout=0)
         conn.execute("PRAGMA journal_mode=WAL").fetchone()
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute("PRAGMA temp_store=MEMORY")
+        set_pragmas(conn, "FULL")
         execute, executemany = conn.execute, conn.executemany
         region.start()
         for method, sql, params in replayed:

@@ -571,10 +571,11 @@ RETURNING *;
 -- name: outbox_purge_finished
 -- Delete at most :limit finished rows (delivered, dead_letter, expired) last changed before
 -- :now - :older_than_s, oldest first (a batch: R23's progress and bounded transactions). Pending
--- and delivering rows are never purged (R11).
+-- and delivering rows are never purged (R11). "Finished" is spelled NOT IN ('pending',
+-- 'delivering'), as idx_dispatch_outbox_finished's WHERE is (migration 0015), so it is used.
 DELETE FROM dispatch_outbox
 WHERE id IN (SELECT id FROM dispatch_outbox
-             WHERE status IN ('delivered', 'dead_letter', 'expired')
+             WHERE status NOT IN ('pending', 'delivering')
                AND updated_at < :now - :older_than_s
              ORDER BY updated_at LIMIT :limit);
 
@@ -1153,7 +1154,7 @@ WHERE id IN (SELECT id FROM task_events WHERE created_at < :before
 -- name: outbox_count_finished
 -- The finished rows outbox_purge_finished would delete: a dry run of it.
 SELECT count(*) AS n FROM dispatch_outbox
-WHERE status IN ('delivered', 'dead_letter', 'expired') AND updated_at < :now - :older_than_s;
+WHERE status NOT IN ('pending', 'delivering') AND updated_at < :now - :older_than_s;
 
 -- name: archive_counts
 -- For ``taskward archive --dry-run``: terminal tasks last changed before :before (``old``), and
