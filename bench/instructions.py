@@ -287,6 +287,7 @@ def child_adapter(args: argparse.Namespace, region: Region) -> dict[str, Any]:
 
 def child_sql(args: argparse.Namespace, region: Region) -> dict[str, Any]:
     from bench.sql_replay import Call, _replayed, admit, checkpoint, drain, store_state
+
     from taskward.store.sqlite.connection import set_pragmas
 
     stores = Stores(args.pg_url, None, "instr")

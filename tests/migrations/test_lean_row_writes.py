@@ -143,7 +143,8 @@ def test_a_store_at_0014_keeps_its_rows_through_0015(tmp_path: Path) -> None:
         conn.execute(
             "INSERT INTO dispatch_outbox (id, kind, dedup_key, schedule_run_id, body, status, "
             "max_attempts, next_attempt_at, lease_owner, lease_expires_at, created_at, "
-            "updated_at, delivered_at) VALUES (?, 'task.ended', ?, ?, '{}', ?, 5, ?, ?, ?, ?, ?, ?)",
+            "updated_at, delivered_at) "
+            "VALUES (?, 'task.ended', ?, ?, '{}', ?, 5, ?, ?, ?, ?, ?, ?)",
             (
                 f"o{i:02d}",
                 f"k{i}",
