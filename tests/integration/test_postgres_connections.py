@@ -5,6 +5,7 @@ cancellation, a terminated backend) goes back to the pool instead of serving the
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import psycopg
 import pytest
@@ -85,24 +86,37 @@ async def test_a_transactions_notifications_go_out_with_its_commit_and_not_befor
     pg: StateDB,
 ) -> None:
     """The NOTIFYs travel with the COMMIT (one round trip): a listener hears every channel the
-    transaction named once it commits, and nothing from one that rolled back."""
+    transaction named once it commits, and nothing from one that rolled back.
+
+    Channels are the database's, not a schema's: other tests' stores (pytest-xdist workers on
+    the same database) notify them too, so only this store's backends are heard (``pid``)."""
+
+    async def pid_of(tx: Any) -> int:
+        cursor = await tx._conn.execute("SELECT pg_backend_pid() AS pid")
+        return int((await cursor.fetchone())["pid"])
+
+    pids: set[int] = set()
     async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as listener:
         await listener.execute("LISTEN taskward_queued")
         await listener.execute("LISTEN taskward_cancel")
         with pytest.raises(RuntimeError):
             async with pg.transaction() as tx:
+                pids.add(await pid_of(tx))
                 tx.notify("queued")
                 raise RuntimeError("rolled back")
         async with pg.transaction() as tx:
+            pids.add(await pid_of(tx))
             tx.notify("cancel")
         async with pg.transaction() as tx:
+            pids.add(await pid_of(tx))
             tx.notify("queued")
             tx.notify("cancel")
             tx.notify("queued")
         heard: list[str] = []
         async with asyncio.timeout(10):
             async for note in listener.notifies():
-                heard.append(note.channel)
+                if note.pid in pids:
+                    heard.append(note.channel)
                 if len(heard) == 3:
                     break
         # In commit order; the rolled-back transaction's would have come first.
