@@ -456,6 +456,7 @@ def analyse(store: Store, run: Run) -> dict[str, Any]:
         "queue_wait": [(o.claimed_at or 0) - (o.ready_at or 0) for o in recovered],
     }
     slowest = max(recovered, key=lambda o: o.recovery_s or 0, default=None)
+    spans = _serving_spans(run, heartbeats)
 
     # -- restarts and start-up
     restarts = [s for s in run.starts if s.restart]
@@ -484,7 +485,15 @@ def analyse(store: Store, run: Run) -> dict[str, Any]:
         "due_s_attempt_1": due_first,
         "late": len(late),
         "recovery_goal_met": bool(recoveries) and not late,
-        "slowest": None if slowest is None else _orphan_dict(slowest),
+        "slowest": None if slowest is None else _orphan_dict(slowest, spans),
+        "late_orphans": [
+            _orphan_dict(o, spans)
+            for o in sorted(late, key=lambda o: -(o.recovery_s or 0))[:20]
+        ],
+        # how long after its lease expired no worker was serving (none could reap it)
+        "unserved_after_expiry_s": _summary(
+            [_unserved(spans, o.expired_at, o.reaped_at) for o in recovered]
+        ),
         "attribution_s": {name: _summary(values) for name, values in parts.items()},
         "backlog_at_stop": backlog,
         "statuses_at_stop": run.backlog_at_stop,
@@ -505,8 +514,13 @@ def analyse(store: Store, run: Run) -> dict[str, Any]:
     }
 
 
-def _orphan_dict(o: Orphan) -> dict[str, Any]:
+def _orphan_dict(o: Orphan, spans: list[tuple[float, float]]) -> dict[str, Any]:
     return {
+        "serving_at_expiry": sum(1 for b, e in spans if b <= o.expired_at < e),
+        "unserved_after_expiry_s": _unserved(spans, o.expired_at, o.reaped_at),
+        "serving_at_ready": None
+        if o.ready_at is None
+        else sum(1 for b, e in spans if b <= o.ready_at < e),
         "task_id": o.task_id,
         "attempt": o.attempt,
         "worker_id": o.worker_id,
@@ -518,6 +532,27 @@ def _orphan_dict(o: Orphan) -> dict[str, Any]:
         if o.ready_at is None or o.claimed_at is None
         else o.claimed_at - o.ready_at,
     }
+
+
+def _serving_spans(run: Run, heartbeats: dict[str, float]) -> list[tuple[float, float]]:
+    """When each worker served: from its first heartbeat to its kill (or forever)."""
+    spans = []
+    for s in run.starts:
+        ready = heartbeats.get(s.worker_id)
+        if ready is not None:
+            spans.append((ready, s.killed_at if s.killed_at is not None else float("inf")))
+    return sorted(spans)
+
+
+def _unserved(spans: list[tuple[float, float]], begin: float, end: float) -> float:
+    """Seconds of [begin, end) in which no worker was serving."""
+    covered, cursor = 0.0, begin
+    for b, e in spans:
+        b, e = max(b, cursor), min(e, end)
+        if e > b:
+            covered += e - b
+            cursor = e
+    return max(0.0, (end - begin) - covered)
 
 
 def _no_serving_time(run: Run, heartbeats: dict[str, float]) -> float:
