@@ -295,7 +295,9 @@ def _wait_serving(conn: Any, worker_ids: list[str], workers: list[WorkerProcess]
     deadline = time.monotonic() + 60.0
     marks = ",".join("?" for _ in worker_ids)
     while time.monotonic() < deadline:
-        n = raw_value(conn, f"SELECT count(*) FROM workers WHERE worker_id IN ({marks})", worker_ids)
+        n = raw_value(
+            conn, f"SELECT count(*) FROM workers WHERE worker_id IN ({marks})", worker_ids
+        )
         if int(n) == len(worker_ids):
             return
         for worker in workers:
@@ -487,8 +489,7 @@ def analyse(store: Store, run: Run) -> dict[str, Any]:
         "recovery_goal_met": bool(recoveries) and not late,
         "slowest": None if slowest is None else _orphan_dict(slowest, spans),
         "late_orphans": [
-            _orphan_dict(o, spans)
-            for o in sorted(late, key=lambda o: -(o.recovery_s or 0))[:20]
+            _orphan_dict(o, spans) for o in sorted(late, key=lambda o: -(o.recovery_s or 0))[:20]
         ],
         # how long after its lease expired no worker was serving (none could reap it)
         "unserved_after_expiry_s": _summary(
@@ -614,34 +615,48 @@ def render(results: list[dict[str, Any]]) -> str:
         rows.append([label, *(str(fn(r)) for r in results)])
 
     row("kills / restarts", lambda r: f"{r['kills']} / {r['restarts']}")
-    row("orphans (tasks, max attempt)", lambda r: (
-        f"{r['orphans']} ({r['orphaned_tasks']}, {r['orphan_attempts_max']})"
-    ))
+    row(
+        "orphans (tasks, max attempt)",
+        lambda r: f"{r['orphans']} ({r['orphaned_tasks']}, {r['orphan_attempts_max']})",
+    )
     for q in ("p50", "p95", "p100"):
         row(f"recovery {q} s", lambda r, q=q: _fmt(r["recovery_s"], q))
     row("due (attempt 1) s / late", lambda r: f"{r['due_s_attempt_1']:.1f} / {r['late']}")
     row("recovery goal", lambda r: "met" if r["recovery_goal_met"] else "MISSED")
     for name in ("lease_wait", "reaper_lag", "backoff_and_promotion", "queue_wait"):
-        row(f"  {name} p50 / p100 s", lambda r, n=name: (
-            f"{_fmt(r['attribution_s'][n], 'p50')} / {_fmt(r['attribution_s'][n], 'p100')}"
-        ))
-    row("backlog at stop (not admitted)", lambda r: (
-        f"{r['backlog_at_stop']} ({r['not_yet_admitted_at_stop']})"
-    ))
-    row("drained after stop s", lambda r: (
-        "-" if r["drained_after_stop_s"] is None else f"{r['drained_after_stop_s']:.2f}"
-    ))
+        row(
+            f"  {name} p50 / p100 s",
+            lambda r, n=name: (
+                f"{_fmt(r['attribution_s'][n], 'p50')} / {_fmt(r['attribution_s'][n], 'p100')}"
+            ),
+        )
+    row(
+        "backlog at stop (not admitted)",
+        lambda r: f"{r['backlog_at_stop']} ({r['not_yet_admitted_at_stop']})",
+    )
+    row(
+        "drained after stop s",
+        lambda r: "-" if r["drained_after_stop_s"] is None else f"{r['drained_after_stop_s']:.2f}",
+    )
     row("drain goal (<= 20 s)", lambda r: "met" if r["drain_goal_met"] else "MISSED")
-    row("restarts claimed / killed first", lambda r: (
-        f"{r['restarts_claimed']} / {r['restarts_killed_before_first_claim']}"
-    ))
-    row("start-up to heartbeat p50/p95 s", lambda r: (
-        f"{_fmt(r['startup_to_heartbeat_s'], 'p50')} / {_fmt(r['startup_to_heartbeat_s'], 'p95')}"
-    ))
-    row("start-up to 1st claim p50/p95 s", lambda r: (
-        f"{_fmt(r['startup_to_first_claim_s'], 'p50')} / "
-        f"{_fmt(r['startup_to_first_claim_s'], 'p95')}"
-    ))
+    row(
+        "restarts claimed / killed first",
+        lambda r: f"{r['restarts_claimed']} / {r['restarts_killed_before_first_claim']}",
+    )
+    row(
+        "start-up to heartbeat p50/p95 s",
+        lambda r: (
+            f"{_fmt(r['startup_to_heartbeat_s'], 'p50')} / "
+            f"{_fmt(r['startup_to_heartbeat_s'], 'p95')}"
+        ),
+    )
+    row(
+        "start-up to 1st claim p50/p95 s",
+        lambda r: (
+            f"{_fmt(r['startup_to_first_claim_s'], 'p50')} / "
+            f"{_fmt(r['startup_to_first_claim_s'], 'p95')}"
+        ),
+    )
     row("no worker serving s", lambda r: f"{r['no_worker_serving_s']:.2f}")
     row("violations", lambda r: len(r["violations"]))
     return render_table(["", *(r["backend"] for r in results)], rows)
