@@ -71,6 +71,22 @@ def resident_memory_mb() -> float:
         return 0.0
 
 
+# The maintenance loop's wake-up after a due time (a lease expires strictly after its
+# lease_expires_at, R6), and the least it waits between passes (the CLI's --reap-interval floor):
+# a pass that left due rows behind (REAP_BATCH a pass) runs again this soon, never in a spin.
+DUE_MARGIN_S: Final = 0.01
+MIN_MAINTENANCE_WAIT_S: Final = 0.05
+
+
+def maintenance_wait(interval_s: float, due_in: float | None) -> float:
+    """Seconds until the next maintenance pass: ``interval_s``, or sooner when the next lease
+    expiry or retry (``due_in`` seconds away, ``Maintenance.next_due``) comes first; never
+    less than ``MIN_MAINTENANCE_WAIT_S`` (nor more than ``interval_s``)."""
+    if due_in is None:
+        return interval_s
+    return min(interval_s, max(MIN_MAINTENANCE_WAIT_S, due_in + DUE_MARGIN_S))
+
+
 @dataclass
 class WorkerConfig:
     concurrency: int = 8
@@ -211,6 +227,25 @@ class WorkerRuntime:
             streak.succeeded()
             await asyncio.sleep(interval_s)
 
+    async def _maintain(self) -> None:
+        """Maintenance passes every ``reap_interval_s``, and sooner when a lease expires or a
+        retry falls due before that (``maintenance_wait``): an orphaned task is reaped as its
+        lease expires (R6) and queued again as its backoff ends (R18), not up to an interval
+        after each (issue 27's kill storm: recovery within lease + backoff, plus the store's
+        latency). Failures back off as ``_every``'s do."""
+        interval = self.config.reap_interval_s
+        streak = Streak(loop_backoff(interval), what="reaper", logger=log)
+        while True:
+            raise_if_cancelling()
+            try:
+                await self.maintain_once()
+                due_in = await self.maintenance.next_due(self.db)
+            except Exception as exc:
+                await asyncio.sleep(streak.failed(exc))
+                continue
+            streak.succeeded()
+            await asyncio.sleep(maintenance_wait(interval, due_in))
+
     async def _supervised(self, run: Callable[[], Any], name: str) -> None:
         """Keep a long-running loop alive: restart it, with backoff, if it ever raises."""
         streak = Streak(loop_backoff(self.config.idle_wait_s), what=name, logger=log)
@@ -304,9 +339,7 @@ class WorkerRuntime:
             asyncio.create_task(
                 self._every(self.config.heartbeat_interval_s, self.heartbeat, "heartbeat")
             ),
-            asyncio.create_task(
-                self._every(self.config.reap_interval_s, self.maintain_once, "reaper")
-            ),
+            asyncio.create_task(self._maintain()),
             asyncio.create_task(
                 self._supervised(
                     lambda: watch_cancellations(

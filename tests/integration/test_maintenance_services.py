@@ -386,3 +386,26 @@ async def test_the_reaper_functions_are_the_services(db: StateDB) -> None:
     for name in reaper.__all__:
         assert getattr(reaper, name) is getattr(maintenance, name)
     assert taskward.reap_expired_leases is maintenance.reap_expired_leases
+
+
+# -- when the next pass has work (issue 27) ---------------------------------------------------
+
+
+async def test_next_due_is_the_earliest_lease_expiry_or_retry(db: StateDB) -> None:
+    services = Maintenance(leases=LeaseReaper(retry_policy=NO_JITTER))
+    assert await services.next_due(db, now=T0) is None  # nothing running, nothing waiting
+    _, retry_at = await in_retry_wait(db, now=T0)
+    assert await services.next_due(db, now=T0) == pytest.approx(retry_at - T0)
+    await submit(db, now=T0)
+    lease = await claim(db, now=T0 + 1)
+    assert retry_at < lease.lease_expires_at
+    assert await services.next_due(db, now=T0 + 1) == pytest.approx(retry_at - T0 - 1)
+    # past due: negative, until a pass moves the row
+    assert await services.next_due(db, now=retry_at + 1) == pytest.approx(-1.0)
+    await services.recover_once(db, now=retry_at + 1)  # the retry is queued
+    due = lease.lease_expires_at - retry_at - 1
+    assert await services.next_due(db, now=retry_at + 1) == pytest.approx(due)
+    # the lease expires: reaped, its retry due after the backoff (NO_JITTER: 10 s)
+    late = lease.lease_expires_at + 1
+    await services.recover_once(db, now=late)
+    assert await services.next_due(db, now=late) == pytest.approx(10.0)

@@ -122,7 +122,8 @@ def child_base_argv(ctx: click.Context) -> list[str]:
     type=click.FloatRange(min=0.05),
     default=1.0,
     show_default=True,
-    help="Seconds between reaper passes.",
+    help="Most seconds between reaper passes (a pass also runs as soon as a lease expires or "
+    "a retry falls due).",
 )
 @click.option(
     "--idle-wait",

@@ -41,6 +41,18 @@ class Maintenance:
         counts.update(await self.retries.run_once(db, now=now))
         return counts
 
+    async def next_due(self, db: StateDB, *, now: float | None = None) -> float | None:
+        """Seconds from ``now`` (the store's time when None) until ``recover_once`` next has
+        work: the earliest lease expiry of a running row or retry of a ``retry_wait`` row,
+        whichever comes first (<= 0: due already; None: neither exists). Lease expiry (R6) is
+        strict, ``lease_expires_at < now``: a caller waking at exactly this time may be early by
+        a hair and wakes a little later."""
+        row = await db.fetchone("maintenance_next_due", {} if now is None else {"now": now})
+        if row is None:
+            return None
+        due = [float(row[c]) for c in ("lease_due_in", "retry_due_in") if row[c] is not None]
+        return min(due) if due else None
+
     async def run_once(self, db: StateDB, *, now: float | None = None) -> dict[str, int]:
         """``recover_once``, then the deadlines, then dependency readiness (each at the store's
         time when ``now`` is None).

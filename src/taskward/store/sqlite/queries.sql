@@ -286,6 +286,16 @@ WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_expires_at <
 ORDER BY lease_expires_at
 LIMIT :limit;
 
+-- name: maintenance_next_due
+-- How long until the lease and retry reapers next have work (seconds from :now; NULL: nothing
+-- in sight): the earliest lease expiry of a running row (idx_schedule_runs_lease) and the
+-- earliest retry of a retry_wait row (idx_schedule_runs_retry), one index probe each. The
+-- worker's maintenance loop wakes then when that comes before its interval (issue 27).
+SELECT (SELECT min(lease_expires_at) FROM schedule_runs INDEXED BY idx_schedule_runs_lease
+        WHERE status = 'running') - :now AS lease_due_in,
+       (SELECT min(retry_at) FROM schedule_runs INDEXED BY idx_schedule_runs_retry
+        WHERE status = 'retry_wait') - :now AS retry_due_in;
+
 -- name: run_due_retries
 -- retry_wait rows due now (retry_at <= :now, R6) or holding a cancellation request, at most
 -- :limit, by retry_at. Two ranges on partial indexes (0009), each bounded by :limit, so a tick
