@@ -19,17 +19,17 @@ import psycopg
 import pytest
 
 import taskward
+from taskward.errors import StoreError
 from taskward.store.migrate import MIGRATIONS_TABLE, load_migrations
 from taskward.store.port import StateDB
 from taskward.store.queries import load_queries
 from taskward.store.sqlite.db import _split_statements
 from tests.conftest import StoreFactory
 
-# The statements a drain runs once for every row it writes (a task's facts, events, summary,
-# outbox row): none may open an ephemeral table. Admission's insert (run_insert_if_new) still
-# builds one for schedule_runs' nine-status CHECK: that table is referenced by foreign keys,
-# and rebuilding it needs foreign keys off, which a migration's transaction cannot switch.
+# The statements that run once for every row they write (admission's insert; a task's facts,
+# events, summary, outbox row): none may open an ephemeral table.
 PER_ROW_INSERTS = (
+    "run_insert_if_new",
     "fact_insert_many",
     "event_insert_many",
     "summary_insert_many",
@@ -114,11 +114,35 @@ async def test_event_kind_and_outbox_status_checks_still_refuse(db: StateDB, db_
                 await conn.execute(sql)
 
 
+def _run_row(i: int, parent: str | None) -> tuple[object, ...]:
+    statuses = ("queued", "running", "retry_wait", "completed", "failed", "cancelled")
+    status = statuses[i % len(statuses)]
+    running = status == "running"
+    return (
+        f"r{i:02d}",
+        "noop",
+        f'{{"i":{i}}}',
+        status,
+        parent,
+        float(i),
+        float(i),
+        "w1" if running else None,
+        100.0 + i if running else None,
+        1 if running else 0,
+        f"key-{i}",
+        "sha256:x",
+        "library",
+        i % 5 - 2,
+    )
+
+
 def test_a_store_at_0014_keeps_its_rows_through_0015(tmp_path: Path) -> None:
-    """A store made by 0001-0014 with events and outbox rows in every status: after 0015 the
-    same rows (rowid order too), the same indexes by name, and the constraints in force."""
+    """A store made by 0001-0014 with runs (a chain of parents, a worker holding one), events
+    and outbox rows in every status: after 0015 the same rows with the same rowids, the same
+    indexes by name, every reference intact, and the constraints in force."""
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys=ON")
     conn.execute(
         f"CREATE TABLE {MIGRATIONS_TABLE} ("
         "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
@@ -131,6 +155,19 @@ def test_a_store_at_0014_keeps_its_rows_through_0015(tmp_path: Path) -> None:
         conn.execute(
             f"INSERT INTO {MIGRATIONS_TABLE} VALUES (?, ?, 0)", (migration.version, migration.name)
         )
+    for i in range(24):
+        conn.execute(
+            "INSERT INTO schedule_runs (id, action_kind, action_args, status, chain_parent_id, "
+            "fired_at, created_at, leased_by, lease_expires_at, lease_attempts, idempotency_key, "
+            "application_hash, admission_source, priority) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _run_row(i, f"r{i - 1:02d}" if i % 3 else None),
+        )
+    conn.execute("DELETE FROM schedule_runs WHERE id = 'r23'")  # a gap in the rowids
+    conn.execute(
+        "INSERT INTO workers (worker_id, last_heartbeat_at, leased_run_id) "
+        "VALUES ('w1', 1.0, 'r01')"
+    )
     kinds = ("transition", "cancel_requested", "stale_result")
     for i in range(30):
         conn.execute(
@@ -138,6 +175,7 @@ def test_a_store_at_0014_keeps_its_rows_through_0015(tmp_path: Path) -> None:
             "created_at) VALUES (?, ?, ?, NULL, 'queued', ?, ?)",
             (f"e{i:02d}", f"t{i % 4}", kinds[i % 3], f'{{"i":{i}}}', float(i)),
         )
+    conn.execute("DELETE FROM task_events WHERE id = 'e05'")
     statuses = ("pending", "delivering", "delivered", "dead_letter", "expired")
     for i, status in enumerate(statuses * 3):
         conn.execute(
@@ -161,30 +199,42 @@ def test_a_store_at_0014_keeps_its_rows_through_0015(tmp_path: Path) -> None:
 
     def snapshot() -> tuple[list[tuple[object, ...]], ...]:
         return (
+            conn.execute("SELECT rowid, * FROM schedule_runs ORDER BY rowid").fetchall(),
+            conn.execute("SELECT * FROM workers").fetchall(),
             conn.execute("SELECT rowid, * FROM task_events ORDER BY rowid").fetchall(),
             conn.execute("SELECT rowid, * FROM dispatch_outbox ORDER BY rowid").fetchall(),
             sorted(
                 conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'index' "
+                    "SELECT name, tbl_name FROM sqlite_master WHERE type = 'index' "
                     "AND tbl_name IN ('task_events', 'dispatch_outbox', 'schedule_runs')"
                 ).fetchall()
             ),
         )
 
     before = snapshot()
+    assert len(before[0]) == 23 and len(before[4]) == 23  # 13 of runs, 2 of events, 8 of outbox
     conn.close()
 
-    async def reopen() -> list[str]:
+    async def reopen() -> tuple[list[str], int]:
         async with taskward.open_db(f"sqlite:///{path}") as db:
-            return await db.migrate()
+            foreign_keys = db._connection().execute("PRAGMA foreign_keys").fetchone()  # type: ignore[attr-defined]
+            return await db.migrate(), foreign_keys["foreign_keys"]
 
-    assert asyncio.run(reopen()) == []  # open_db applied 0015; a second migrate has nothing
+    # open_db applied 0015 (a second migrate has nothing) and left foreign keys on.
+    assert asyncio.run(reopen()) == ([], 1)
     conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys=ON")
     try:
         assert snapshot() == before
         assert conn.execute(f"SELECT max(version) FROM {MIGRATIONS_TABLE}").fetchone() == (15,)
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            conn.execute("UPDATE workers SET leased_run_id = 'nothing' WHERE worker_id = 'w1'")
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            conn.execute("DELETE FROM schedule_runs WHERE id = 'r01'")  # a worker and r02 hold it
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("UPDATE schedule_runs SET status = 'leased' WHERE id = 'r00'")
         with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
             conn.execute("UPDATE task_events SET kind = 'other' WHERE id = 'e00'")
         with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
@@ -194,5 +244,45 @@ def test_a_store_at_0014_keeps_its_rows_through_0015(tmp_path: Path) -> None:
             "WHERE status NOT IN ('pending', 'delivering') AND updated_at < 100"
         ).fetchone()
         assert finished == (9,)  # delivered, dead_letter and expired, three of each
+    finally:
+        conn.close()
+
+
+def test_a_migration_that_leaves_a_dangling_reference_is_rolled_back(tmp_path: Path) -> None:
+    """The runner's foreign-key check before COMMIT: a store whose rows already refer to a run
+    that does not exist (foreign keys were off when it was written) is refused at 0015, with
+    the count, and left at 0014."""
+    path = tmp_path / "dangling.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(
+        f"CREATE TABLE {MIGRATIONS_TABLE} ("
+        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+    for migration in load_migrations("sqlite")[:14]:
+        for statement in _split_statements(migration.sql):
+            conn.execute(statement)
+        conn.execute(
+            f"INSERT INTO {MIGRATIONS_TABLE} VALUES (?, ?, 0)", (migration.version, migration.name)
+        )
+    conn.execute(  # foreign keys are off on this connection: nothing refuses it
+        "INSERT INTO workers (worker_id, last_heartbeat_at, leased_run_id) VALUES ('w1', 1, 'gone')"
+    )
+    conn.close()
+
+    async def reopen() -> None:
+        async with taskward.open_db(f"sqlite:///{path}"):
+            pass
+
+    with pytest.raises(StoreError, match="1 row"):
+        asyncio.run(reopen())
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute(f"SELECT max(version) FROM {MIGRATIONS_TABLE}").fetchone() == (14,)
+        assert (
+            "status IN"
+            in conn.execute(
+                "SELECT sql FROM sqlite_master WHERE name = 'schedule_runs'"
+            ).fetchone()[0]
+        )
     finally:
         conn.close()

@@ -253,34 +253,55 @@ class SQLiteDB:
         return statement(name, params, self._clock)
 
     async def migrate(self) -> list[str]:
+        """Apply the pending migrations in one transaction.
+
+        Foreign keys are off for that transaction and checked before its COMMIT, SQLite's
+        documented procedure for a migration that rebuilds a table (0015: a dropped table's
+        implicit DELETE would otherwise check the rows that refer to it, and none may be left
+        dangling once its copy takes the name). ``PRAGMA foreign_keys`` does nothing inside a
+        transaction, so it is switched around it; the connection has them on again after."""
         applied: list[str] = []
         async with self._lock:
             conn = self._connection()
-            await self._retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"))
+            conn.execute("PRAGMA foreign_keys=OFF")
             try:
-                conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} ("
-                    "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-                )
-                done = {
-                    r["version"]
-                    for r in conn.execute(f"SELECT version FROM {MIGRATIONS_TABLE}").fetchall()
-                }
-                for migration in load_migrations("sqlite"):
-                    if migration.version in done:
-                        continue
-                    for statement in _split_statements(migration.sql):
-                        conn.execute(statement)
-                    conn.execute(
-                        f"INSERT INTO {MIGRATIONS_TABLE} (version, name, applied_at) "
-                        "VALUES (?, ?, ?)",
-                        (migration.version, migration.name, self._clock()),
-                    )
-                    applied.append(f"{migration.version:04d}_{migration.name}")
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+                await self._retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"))
+                try:
+                    applied = self._apply_migrations(conn)
+                    if applied:
+                        dangling = conn.execute("PRAGMA foreign_key_check").fetchall()
+                        if dangling:
+                            raise StoreError(
+                                f"migration {applied[-1]} left {len(dangling)} row(s) referring "
+                                f"to rows that do not exist (first: {tuple(dangling[0])})"
+                            )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            finally:
+                conn.execute("PRAGMA foreign_keys=ON")
+        return applied
+
+    def _apply_migrations(self, conn: sqlite3.Connection) -> list[str]:
+        """Every migration not yet recorded, each with its row in the migrations table; inside
+        ``migrate``'s transaction."""
+        applied: list[str] = []
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} ("
+            "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
+        done = {r["version"] for r in conn.execute(f"SELECT version FROM {MIGRATIONS_TABLE}")}
+        for migration in load_migrations("sqlite"):
+            if migration.version in done:
+                continue
+            for text in _split_statements(migration.sql):
+                conn.execute(text)
+            conn.execute(
+                f"INSERT INTO {MIGRATIONS_TABLE} (version, name, applied_at) VALUES (?, ?, ?)",
+                (migration.version, migration.name, self._clock()),
+            )
+            applied.append(f"{migration.version:04d}_{migration.name}")
         return applied
 
 
