@@ -50,14 +50,22 @@ def _param_names(sql: str) -> list[str]:
     return re.findall(r"(?<!:):(\w+)", sql)
 
 
-async def test_per_row_inserts_build_no_temporary_btree(stores: StoreFactory) -> None:
+async def _migrated_sqlite_file(stores: StoreFactory, why: str) -> str:
+    """The path of a fresh, migrated SQLite store (the test skips on PostgreSQL: ``why``)."""
     if stores.backend != "sqlite":
-        pytest.skip("the compiled program is SQLite's (PostgreSQL evaluates IN lists in place)")
+        pytest.skip(why)
     url = stores.new_url()
     async with taskward.open_db(url):
         pass
+    return _sqlite_path(url)
+
+
+async def test_per_row_inserts_build_no_temporary_btree(stores: StoreFactory) -> None:
+    path = await _migrated_sqlite_file(
+        stores, "the compiled program is SQLite's (PostgreSQL evaluates IN lists in place)"
+    )
     queries = load_queries("sqlite")
-    with sqlite3.connect(_sqlite_path(url)) as conn:
+    with sqlite3.connect(path) as conn:
         for name in PER_ROW_INSERTS:
             opcodes = _opcodes(conn, queries[name])
             assert "Insert" in opcodes or "IdxInsert" in opcodes, name  # it is an insert
@@ -65,13 +73,9 @@ async def test_per_row_inserts_build_no_temporary_btree(stores: StoreFactory) ->
 
 
 async def test_finished_outbox_statements_use_their_index(stores: StoreFactory) -> None:
-    if stores.backend != "sqlite":
-        pytest.skip("SQLite's partial-index matching")
-    url = stores.new_url()
-    async with taskward.open_db(url):
-        pass
+    path = await _migrated_sqlite_file(stores, "SQLite's partial-index matching")
     queries = load_queries("sqlite")
-    with sqlite3.connect(_sqlite_path(url)) as conn:
+    with sqlite3.connect(path) as conn:
         for name in ("outbox_purge_finished", "outbox_count_finished"):
             sql = queries[name]
             plan = " ".join(
