@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -74,6 +74,26 @@ def manifest_ref_for(task: Task) -> str:
 
 
 @dataclass
+
+class _Settling:
+    """``HostJobs._settling``'s context: the current job is in ``jobs`` while it is entered (a
+    class rather than a generator: every task's acknowledgement enters one)."""
+
+    __slots__ = ("_job", "_jobs")
+
+    def __init__(self, jobs: set[asyncio.Task[Any]]) -> None:
+        self._jobs = jobs
+        self._job: asyncio.Task[Any] | None = None
+
+    def __enter__(self) -> None:
+        job = self._job = asyncio.current_task()
+        if job is not None:
+            self._jobs.add(job)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._job is not None:
+            self._jobs.discard(self._job)
+
 class HostStats:
     """The host's counts: leases taken, acknowledgements applied or rejected, renewals applied
     and refused, the last 100 errors kept (``_keep_error``) and why claiming stopped."""
@@ -315,19 +335,11 @@ class HostJobs(abc.ABC):
                 log.warning("task %s: narrative failed: %r", task.id, exc)
         return SessionSummary(facts=facts, narrative=narrative, manifest_ref=manifest_ref_for(task))
 
-    @contextlib.contextmanager
-    def _settling(self) -> Iterator[None]:
+    def _settling(self) -> _Settling:
         """The current job is acknowledging its task: a shutdown lets it finish (it cancels
         only the jobs still running tasks), so the acknowledgement is never cut in half and
         needs no task or shield of its own."""
-        job = asyncio.current_task()
-        if job is not None:
-            self._settling_jobs.add(job)
-        try:
-            yield
-        finally:
-            if job is not None:
-                self._settling_jobs.discard(job)
+        return _Settling(self._settling_jobs)
 
     async def _finish_in_one_step(
         self, one_step: FinishesInOneStep, task: Task, key: str, summary: SessionSummary

@@ -101,16 +101,22 @@ async def retry_while_unavailable(
     ``budget_s`` None retries until the store is back or the caller is cancelled; otherwise the
     last ``StoreUnavailable`` is raised once the next wait would end past the budget.
     """
+    started = None if budget_s is None else time.monotonic()
+    try:  # the usual case, and a hot path (every task's acknowledgement): one await, no streak
+        return await op()
+    except StoreUnavailable as exc:
+        failure = exc
     streak = Streak(backoff, what=what, logger=logger)
-    deadline = None if budget_s is None else time.monotonic() + budget_s
+    deadline = None if started is None or budget_s is None else started + budget_s
     while True:
+        delay = streak.failed(failure)
+        if deadline is not None and time.monotonic() + delay > deadline:
+            raise failure
+        await asyncio.sleep(delay)
         try:
             result = await op()
         except StoreUnavailable as exc:
-            delay = streak.failed(exc)
-            if deadline is not None and time.monotonic() + delay > deadline:
-                raise
-            await asyncio.sleep(delay)
+            failure = exc
             continue
         streak.succeeded()
         return result
