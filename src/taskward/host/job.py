@@ -74,7 +74,6 @@ def manifest_ref_for(task: Task) -> str:
 
 
 @dataclass
-
 class _Settling:
     """``HostJobs._settling``'s context: the current job is in ``jobs`` while it is entered (a
     class rather than a generator: every task's acknowledgement enters one)."""
@@ -93,6 +92,7 @@ class _Settling:
     def __exit__(self, *exc_info: object) -> None:
         if self._job is not None:
             self._jobs.discard(self._job)
+
 
 class HostStats:
     """The host's counts: leases taken, acknowledgements applied or rejected, renewals applied
