@@ -73,7 +73,6 @@ def manifest_ref_for(task: Task) -> str:
     return manifest_ref(task.id, task.attempt)
 
 
-@dataclass
 class _Settling:
     """``HostJobs._settling``'s context: the current job is in ``jobs`` while it is entered (a
     class rather than a generator: every task's acknowledgement enters one)."""
@@ -94,6 +93,7 @@ class _Settling:
             self._jobs.discard(self._job)
 
 
+@dataclass
 class HostStats:
     """The host's counts: leases taken, acknowledgements applied or rejected, renewals applied
     and refused, the last 100 errors kept (``_keep_error``) and why claiming stopped."""
