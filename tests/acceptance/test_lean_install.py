@@ -34,6 +34,22 @@ def test_the_worker_path_imports_no_web_stack() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_the_worker_path_loads_no_webhook_client_until_a_webhook_is_made() -> None:
+    """httpx, standardwebhooks and http.cookiejar load where a webhook target is made (issue
+    27's start-up: ~15 ms a worker that delivers to no webhook never needs)."""
+    done = python(
+        "import sys\n"
+        "import taskward.cli.main, taskward.cli.worker_cmd, taskward.runtime\n"
+        "lazy = ('httpx', 'standardwebhooks', 'http.cookiejar')\n"
+        "print(sorted(set(lazy) & set(sys.modules)))\n"
+        "from taskward.outbox.targets import WebhookTarget\n"
+        "WebhookTarget(url='https://example.invalid/hook', secret='s3cret')\n"
+        "print(sorted(set(lazy[1:]) & set(sys.modules)))\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[]", "['standardwebhooks']"]
+
+
 @pytest.mark.parametrize("command", ["serve", "up"])
 def test_serve_without_the_server_extra_names_the_extra(command: str, tmp_path: object) -> None:
     blocked = "".join(f"sys.modules[{name!r}] = None\n" for name in WEB)

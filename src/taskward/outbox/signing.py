@@ -14,9 +14,10 @@ import base64
 import binascii
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from standardwebhooks import Webhook
+if TYPE_CHECKING:  # imported where a signer is made: a worker without a webhook never needs it
+    from standardwebhooks import Webhook
 
 from taskward.canonical import canonical_json
 from taskward.errors import TaskValidationError
@@ -68,6 +69,8 @@ def webhook_signer(secret: str) -> Webhook:
         key = secret.encode("utf-8")
     if not key:
         raise TaskValidationError("webhook secret", "", "a non-empty secret")
+    from standardwebhooks import Webhook
+
     return Webhook(key)
 
 

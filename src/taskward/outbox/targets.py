@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.cookiejar
 import logging
 import os
 import signal
@@ -22,16 +21,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from standardwebhooks import Webhook
-
 from taskward.adapters.childenv import child_environment, validate_env_passthrough
 from taskward.errors import TaskValidationError
 from taskward.outbox.signing import ATTEMPT_HEADER, EVENT_HEADER, webhook_headers, webhook_signer
 
 if TYPE_CHECKING:
-    # Imported where a client is made or used: ``import httpx`` also imports rich (its CLI),
-    # which a worker's start must not pay for (tests/acceptance/test_cli.py).
+    # Imported where a client or a signer is made or used: ``import httpx`` also imports rich
+    # (its CLI), standardwebhooks and http.cookiejar cost ~15 ms, which a worker's start must
+    # not pay for when it delivers to no webhook (tests/acceptance/test_cli.py).
     import httpx
+    from standardwebhooks import Webhook
 
 DEFAULT_WEBHOOK_TIMEOUT_S: Final = 10.0
 DEFAULT_COMMAND_TIMEOUT_S: Final = 30.0
@@ -76,6 +75,8 @@ def new_http_client(*, max_connections: int) -> httpx.AsyncClient:
     redirects never followed (a 3xx would re-send the signed body to an address the operator
     did not configure), no cookies kept between receivers' answers, proxies and CA bundle from
     the environment as for any HTTP client."""
+    from http.cookiejar import CookieJar, DefaultCookiePolicy  # made here alone, as httpx is
+
     import httpx
 
     limits = httpx.Limits(
@@ -86,7 +87,7 @@ def new_http_client(*, max_connections: int) -> httpx.AsyncClient:
         limits=limits,
         headers={"User-Agent": "taskward-outbox"},
         # A jar that accepts no domain: one answer's cookie never reaches the next delivery.
-        cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
+        cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),
     )
 
 
