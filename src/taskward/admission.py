@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from taskward.adapters import build_registry
 from taskward.applications import ADMISSION_SOURCES as ADMISSION_SOURCES
@@ -34,7 +34,7 @@ from taskward.store.open import (
     is_async_connection,
     is_caller_connection,
 )
-from taskward.store.port import StateDB, Tx
+from taskward.store.port import Params, Row, StateDB, SyncStatements, Tx
 from taskward.tracing import NOT_TRACED, Admitting, admission_span
 
 T = TypeVar("T")
@@ -163,46 +163,91 @@ async def admit_task(
     Raises: as ``submit_task``.
     """
     admitted = validate_admission(app, registry, admission_source)
-    with admission_span(
-        admission_source, kind=admitted.action_kind, key=admitted.idempotency_key
-    ) as span:
-        trace_context = span.trace_context
-        if admitted.depends_on:
+    if admitted.depends_on:
+        with admission_span(
+            admission_source, kind=admitted.action_kind, key=admitted.idempotency_key
+        ) as span:
             admission = await _admit_with_dependencies(
-                db, admitted, admission_source, schedule_id, now, trace_context
+                db, admitted, admission_source, schedule_id, now, span.trace_context
             )
-        else:
-            admission = await _admit_alone(
-                db, admitted, admission_source, schedule_id, now, trace_context
-            )
-        span.admitted(admission.task_id, admission.created)
+            span.admitted(admission.task_id, admission.created)
+    else:
+        admission = await admit_alone(db, admitted, admission_source, schedule_id, now)
     if db.metrics is not None:  # after the commit: the one place admissions are counted
         db.metrics.admitted(admitted.action_kind, created=admission.created)
     return admission
 
 
-async def _admit_alone(
-    db: StateDB,
+class SingleStatements(Protocol):
+    """What one admission without dependencies needs of a store: the async store itself, or
+    the synchronous client's through ``SynchronousStatements``."""
+
+    async def execute(self, name: str, params: Params | None = None) -> int: ...
+
+    async def fetchone(self, name: str, params: Params | None = None) -> Row | None: ...
+
+    def wake(self, channel: str) -> None: ...
+
+
+async def admit_alone(
+    db: SingleStatements,
     admitted: AdmittedApplication,
     admission_source: str,
     schedule_id: str | None,
     now: float | None,
-    trace_context: str | None,
 ) -> Admission:
-    """One statement, its own transaction (R8): INSERT ... ON CONFLICT DO NOTHING. Only when it
-    inserted nothing is the existing row read and its hash compared."""
-    params = insert_params(
-        admitted, admission_source, schedule_id, now, trace_context=trace_context
-    )
-    if await db.execute("run_insert_if_new", params):
-        db.wake("queued")
-        admission = Admission(task_id=params["id"], created=True)
-    else:
-        existing = await db.fetchone(
-            "run_get_by_key", {"idempotency_key": admitted.idempotency_key}
+    """One admission without dependencies, in its span: one statement, its own transaction
+    (R8): INSERT ... ON CONFLICT DO NOTHING. Only when it inserted nothing is the existing row
+    read and its hash compared. The async store's path and the synchronous client's (over
+    ``SynchronousStatements``, driven by ``admit_alone_sync``): one path for both."""
+    with admission_span(
+        admission_source, kind=admitted.action_kind, key=admitted.idempotency_key
+    ) as span:
+        params = insert_params(
+            admitted, admission_source, schedule_id, now, trace_context=span.trace_context
         )
-        admission = replayed_admission(admitted, existing)
+        if await db.execute("run_insert_if_new", params):
+            db.wake("queued")
+            admission = Admission(task_id=params["id"], created=True)
+        else:
+            existing = await db.fetchone(
+                "run_get_by_key", {"idempotency_key": admitted.idempotency_key}
+            )
+            admission = replayed_admission(admitted, existing)
+        span.admitted(admission.task_id, admission.created)
     return admission
+
+
+class SynchronousStatements:
+    """The synchronous client's store (``SyncStatements``) as ``SingleStatements``: each call
+    has done its I/O when its awaitable is made, so ``admit_alone`` over it never suspends and
+    ``_completed`` runs it without an event loop. No in-process wake-up: other processes learn
+    of the row as of any other (the insert's own NOTIFY on PostgreSQL, polling on SQLite)."""
+
+    def __init__(self, db: SyncStatements) -> None:
+        self._db = db
+
+    async def execute(self, name: str, params: Params | None = None) -> int:
+        return self._db.execute(name, params)
+
+    async def fetchone(self, name: str, params: Params | None = None) -> Row | None:
+        return self._db.fetchone(name, params)
+
+    def wake(self, channel: str) -> None:
+        pass
+
+
+def admit_alone_sync(
+    db: SyncStatements,
+    admitted: AdmittedApplication,
+    admission_source: str,
+    schedule_id: str | None,
+    now: float | None,
+) -> Admission:
+    """``admit_alone`` on the synchronous client's store, without an event loop."""
+    return _completed(
+        admit_alone(SynchronousStatements(db), admitted, admission_source, schedule_id, now)
+    )
 
 
 async def _admit_with_dependencies(

@@ -4,9 +4,9 @@ script, a cron job), with ``submit_task``'s semantics exactly (ADR-0072 D1/D2, R
 The async API runs on the caller's event loop; a synchronous caller would otherwise start a
 loop, open a store (a pool, a migration check) and close it again for every submission. The
 client opens its store once, lazily, on the first call, and writes through the driver's
-synchronous path: the same validation and hash (``admission.validate_admission``), the same
-``run_insert_if_new`` statement, the same replay and conflict rule
-(``admission.replayed_admission``). Idle workers learn of the new row as they do of any other
+synchronous path through admission's own code (``admission.admit_alone_sync``: the async
+path's ``admit_alone`` driven without an event loop): the same validation, statement, span,
+replay and conflict rule. Idle workers learn of the new row as they do of any other
 process's: NOTIFY on PostgreSQL (in the statement), polling on SQLite.
 
 The rest of the API -- bulk admission, reads, results (R22), cancellation -- runs the async
@@ -33,9 +33,8 @@ from typing import Any, TypeVar
 from taskward.adapters import build_registry
 from taskward.admission import (
     Admission,
+    admit_alone_sync,
     admit_task,
-    insert_params,
-    replayed_admission,
     submit_tasks,
     validate_admission,
 )
@@ -47,7 +46,6 @@ from taskward.registry import TaskAdapterRegistry
 from taskward.results import get_task_result
 from taskward.store.open import check_url, open_db, open_sync_db, resolve_url
 from taskward.store.port import Row, StateDB, SyncStatements
-from taskward.tracing import admission_span
 from taskward.workflows import Workflow
 
 T = TypeVar("T")
@@ -179,22 +177,7 @@ class SyncClient:
                     now=now,
                 )
             )
-        db = self._store()
-        with admission_span(
-            admission_source, kind=admitted.action_kind, key=admitted.idempotency_key
-        ) as span:
-            params = insert_params(
-                admitted, admission_source, schedule_id, now, trace_context=span.trace_context
-            )
-            if db.execute("run_insert_if_new", params):
-                admission = Admission(task_id=params["id"], created=True)
-            else:
-                existing = db.fetchone(
-                    "run_get_by_key", {"idempotency_key": admitted.idempotency_key}
-                )
-                admission = replayed_admission(admitted, existing)
-            span.admitted(admission.task_id, admission.created)
-        return admission
+        return admit_alone_sync(self._store(), admitted, admission_source, schedule_id, now)
 
     # -- the rest of the API, through the portal ------------------------------------------------
 
