@@ -14,7 +14,7 @@ from taskward.archive import DEFAULT_BATCH as ARCHIVE_BATCH
 from taskward.archive import MAX_BATCH as ARCHIVE_MAX_BATCH
 from taskward.archive import archive_runs
 from taskward.cli.common import CliState, json_option, pass_state, with_db
-from taskward.cli.workers_cmd import heartbeat_ttl_option, parse_age
+from taskward.cli.workers_cmd import heartbeat_ttl_option, older_than_option
 from taskward.retention import DEFAULT_BATCH as PRUNE_BATCH
 from taskward.retention import MAX_BATCH as PRUNE_MAX_BATCH
 from taskward.retention import prune as prune_store
@@ -23,14 +23,7 @@ AGE_HELP = "an age: 90 (seconds), 30s, 5m, 2h or 30d"
 
 
 @click.command("prune")
-@click.option(
-    "--older-than",
-    "older_than",
-    required=True,
-    callback=parse_age,
-    metavar="AGE",
-    help=f"Remove what is older than AGE ({AGE_HELP}).",
-)
+@older_than_option(f"Remove what is older than AGE ({AGE_HELP}).")
 @heartbeat_ttl_option
 @click.option(
     "--batch",
@@ -85,14 +78,7 @@ def prune(
 
 
 @click.command("archive")
-@click.option(
-    "--older-than",
-    "older_than",
-    required=True,
-    callback=parse_age,
-    metavar="AGE",
-    help=f"Archive tasks that ended more than AGE ago ({AGE_HELP}).",
-)
+@older_than_option(f"Archive tasks that ended more than AGE ago ({AGE_HELP}).")
 @click.option(
     "--batch",
     type=click.IntRange(1, ARCHIVE_MAX_BATCH),

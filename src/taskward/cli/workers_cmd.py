@@ -5,8 +5,8 @@ so it probably crashed, or stopped), its leases, and the removal of dead ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -17,6 +17,9 @@ from taskward.heartbeat import PRUNE_BATCH, prune_workers
 from taskward.reads import MAX_LIST_LIMIT, list_workers
 
 DEFAULT_PRUNE_AGE: Final = "1h"
+
+
+FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
 
 
 def fmt_age(seconds: float) -> str:
@@ -33,6 +36,22 @@ def parse_age(_ctx: click.Context, param: click.Parameter, value: str) -> float:
         return parse_duration(param.name or "duration", value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
+
+
+def older_than_option(help_text: str, *, default: str | None = None) -> Callable[[FC], FC]:
+    """``--older-than AGE`` (seconds or ``30s``, ``5m``, ``2h``, ``1d``), parsed by
+    ``parse_age``: required unless it has a ``default``. ``worker prune``, ``prune`` and
+    ``archive`` take it."""
+    return click.option(
+        "--older-than",
+        "older_than",
+        required=default is None,
+        default=default,
+        show_default=default is not None,
+        callback=parse_age,
+        metavar="AGE",
+        help=help_text,
+    )
 
 
 heartbeat_ttl_option = click.option(
@@ -99,15 +118,10 @@ def worker_list(state: CliState, heartbeat_ttl: float, limit: int) -> None:
 
 
 @click.command("prune")
-@click.option(
-    "--older-than",
-    "older_than",
-    default=DEFAULT_PRUNE_AGE,
-    show_default=True,
-    callback=parse_age,
-    metavar="AGE",
-    help="Remove workers stale for longer than AGE (30s, 5m, 2h, 1d); stopped workers go "
+@older_than_option(
+    "Remove workers stale for longer than AGE (30s, 5m, 2h, 1d); stopped workers go "
     "whatever their age.",
+    default=DEFAULT_PRUNE_AGE,
 )
 @heartbeat_ttl_option
 @click.option("--dry-run", is_flag=True, help="Print what would be removed; remove nothing.")
