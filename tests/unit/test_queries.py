@@ -137,3 +137,26 @@ def test_every_postgres_statement_stays_within_psycopgs_parse_cache() -> None:
         assert not any(line.startswith("--") for line in sql.splitlines()), name
         code = [ln.strip() for ln in raw[name].splitlines()]
         assert len(sql.splitlines()) == len([ln for ln in code if ln and not ln.startswith("--")])
+
+
+def _task_filter(sql: str) -> str:
+    """The dashboard task filter of a statement: from ``(:status`` through the search's last
+    field, whitespace folded."""
+    start = sql.index("(:status")
+    end = sql.index("r.status_reason_summary, '')), :q) > 0)", start)
+    return " ".join(sql[start:end].split())
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_the_dashboards_task_filter_is_the_same_in_its_three_statements(dialect: str) -> None:
+    """The list, its previous page and its count each spell the filter out (one statement a
+    direction keeps each on its index): they must filter alike, or a page and its total
+    disagree. Change all three together."""
+    text = resources.files("taskward.store").joinpath(dialect, "queries.sql").read_text("utf-8")
+    queries = parse_queries(text)  # as written (load_queries rewrites PostgreSQL's binds)
+    filters = {
+        name: _task_filter(queries[name])
+        for name in ("dash_task_list", "dash_task_list_newer", "dash_task_count")
+    }
+    assert len(set(filters.values())) == 1, filters
+    assert "action_args" in filters["dash_task_count"]  # the search reaches the args

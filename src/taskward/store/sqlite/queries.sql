@@ -1278,6 +1278,8 @@ SELECT id, archived_at, document FROM archived_runs WHERE id = :id;
 -- idempotency key, the kind, the args' text without "env" (secrets are never searched), the
 -- error or the reason; a search scans rows newest first until the page is full. started_at is
 -- the task's last claim (its last fact into running), for the duration column.
+-- Its filter is spelled out again in dash_task_list_newer and dash_task_count (a statement a
+-- direction keeps each on its index); tests/unit/test_queries.py holds the three equal.
 SELECT r.id, r.status, r.action_kind, r.execution_target, r.priority, r.lease_attempts,
   r.max_attempts, r.created_at, r.ended_at, r.queued_at, r.run_after, r.status_reason_code,
   r.status_reason_summary, r.error_detail, r.idempotency_key, r.chain_parent_id,
