@@ -213,38 +213,37 @@ class WorkerRuntime:
         """One pass of every maintenance service (``taskward.maintenance``), in its order."""
         return await self.maintenance.run_once(self.db)
 
-    async def _every(self, interval_s: float, action: Callable[[], Any], name: str) -> None:
-        """Run ``action`` every ``interval_s``; after a failure (the store may be away) wait
-        longer each time, up to ``LOOP_CAP_S``, and carry on."""
+    async def _every(
+        self,
+        interval_s: float,
+        action: Callable[[], Any],
+        name: str,
+        *,
+        next_wait: Callable[[Any], float] | None = None,
+    ) -> None:
+        """Run ``action`` every ``interval_s`` (or, with ``next_wait``, after the wait it
+        makes of the action's result); after a failure (the store may be away) wait longer
+        each time, up to ``LOOP_CAP_S``, and carry on."""
         streak = Streak(loop_backoff(interval_s), what=name, logger=log)
         while True:
             raise_if_cancelling()
             try:
-                await action()
+                result = await action()
             except Exception as exc:
                 await asyncio.sleep(streak.failed(exc))
                 continue
             streak.succeeded()
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(interval_s if next_wait is None else next_wait(result))
 
-    async def _maintain(self) -> None:
-        """Maintenance passes every ``reap_interval_s``, and sooner when a lease expires or a
-        retry falls due before that (``maintenance_wait``): an orphaned task is reaped as its
-        lease expires (R6) and queued again as its backoff ends (R18), not up to an interval
-        after each (issue 27's kill storm: recovery within lease + backoff, plus the store's
-        latency). Failures back off as ``_every``'s do."""
-        interval = self.config.reap_interval_s
-        streak = Streak(loop_backoff(interval), what="reaper", logger=log)
-        while True:
-            raise_if_cancelling()
-            try:
-                await self.maintain_once()
-                due_in = await self.maintenance.next_due(self.db)
-            except Exception as exc:
-                await asyncio.sleep(streak.failed(exc))
-                continue
-            streak.succeeded()
-            await asyncio.sleep(maintenance_wait(interval, due_in))
+    async def _maintain_once_timed(self) -> float | None:
+        """A maintenance pass, then how long until the next lease expiry or retry is due
+        (``Maintenance.next_due``). The reaper's loop waits ``maintenance_wait`` of it: an
+        orphaned task is reaped as its lease expires (R6) and queued again as its backoff ends
+        (R18), not up to an interval after each (issue 27's kill storm: recovery within lease +
+        backoff, plus the store's latency)."""
+        await self.maintain_once()
+        due_in: float | None = await self.maintenance.next_due(self.db)
+        return due_in
 
     async def _supervised(self, run: Callable[[], Any], name: str) -> None:
         """Keep a long-running loop alive: restart it, with backoff, if it ever raises."""
@@ -339,7 +338,14 @@ class WorkerRuntime:
             asyncio.create_task(
                 self._every(self.config.heartbeat_interval_s, self.heartbeat, "heartbeat")
             ),
-            asyncio.create_task(self._maintain()),
+            asyncio.create_task(
+                self._every(
+                    self.config.reap_interval_s,
+                    self._maintain_once_timed,
+                    "reaper",
+                    next_wait=lambda due_in: maintenance_wait(self.config.reap_interval_s, due_in),
+                )
+            ),
             asyncio.create_task(
                 self._supervised(
                     lambda: watch_cancellations(
