@@ -118,6 +118,25 @@ async def test_event_kind_and_outbox_status_checks_still_refuse(db: StateDB, db_
                 await conn.execute(sql)
 
 
+def _store_at_0014(path: Path) -> sqlite3.Connection:
+    """A store at ``path`` as migrations 0001-0014 left it (recorded as applied), open in
+    autocommit (foreign keys off, SQLite's default for a bare connection)."""
+    migrations = load_migrations("sqlite")
+    assert migrations[14].name == "lean_row_writes"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(
+        f"CREATE TABLE {MIGRATIONS_TABLE} ("
+        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+    for migration in migrations[:14]:
+        for statement in _split_statements(migration.sql):
+            conn.execute(statement)
+        conn.execute(
+            f"INSERT INTO {MIGRATIONS_TABLE} VALUES (?, ?, 0)", (migration.version, migration.name)
+        )
+    return conn
+
+
 def _run_row(i: int, parent: str | None) -> tuple[object, ...]:
     statuses = ("queued", "running", "retry_wait", "completed", "failed", "cancelled")
     status = statuses[i % len(statuses)]
@@ -145,20 +164,8 @@ def test_a_store_at_0014_keeps_its_rows_through_0015(tmp_path: Path) -> None:
     and outbox rows in every status: after 0015 the same rows with the same rowids, the same
     indexes by name, every reference intact, and the constraints in force."""
     path = tmp_path / "old.db"
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = _store_at_0014(path)
     conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute(
-        f"CREATE TABLE {MIGRATIONS_TABLE} ("
-        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-    )
-    migrations = load_migrations("sqlite")
-    assert migrations[14].name == "lean_row_writes"
-    for migration in migrations[:14]:
-        for statement in _split_statements(migration.sql):
-            conn.execute(statement)
-        conn.execute(
-            f"INSERT INTO {MIGRATIONS_TABLE} VALUES (?, ?, 0)", (migration.version, migration.name)
-        )
     for i in range(24):
         conn.execute(
             "INSERT INTO schedule_runs (id, action_kind, action_args, status, chain_parent_id, "
@@ -257,17 +264,7 @@ def test_a_migration_that_leaves_a_dangling_reference_is_rolled_back(tmp_path: P
     that does not exist (foreign keys were off when it was written) is refused at 0015, with
     the count, and left at 0014."""
     path = tmp_path / "dangling.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute(
-        f"CREATE TABLE {MIGRATIONS_TABLE} ("
-        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-    )
-    for migration in load_migrations("sqlite")[:14]:
-        for statement in _split_statements(migration.sql):
-            conn.execute(statement)
-        conn.execute(
-            f"INSERT INTO {MIGRATIONS_TABLE} VALUES (?, ?, 0)", (migration.version, migration.name)
-        )
+    conn = _store_at_0014(path)
     conn.execute(  # foreign keys are off on this connection: nothing refuses it
         "INSERT INTO workers (worker_id, last_heartbeat_at, leased_run_id) VALUES ('w1', 1, 'gone')"
     )
