@@ -20,6 +20,7 @@ tests/conftest.py), three times the examples on SQLite; explore further on deman
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import random
 import time
@@ -44,6 +45,7 @@ from hypothesis.stateful import (
 )
 
 import taskward
+import taskward.ids
 from taskward import Actor, TaskExecutionResult
 from taskward.adapters import AdapterConfig, build_registry
 from taskward.checker import check_invariants
@@ -125,11 +127,18 @@ class QueueMachine(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.db: StateDB = self.run(taskward.open_db(self.url))
         self.summaries = LocalSummaryStore(self.db)
-        # Ids break ties in claim order (queued_at, id): seeded ids make every history replay
-        # exactly, which Hypothesis needs to shrink it. Restored by teardown().
-        ids = random.Random(0)
+        # Ids break ties in claim order (claim_rank, queued_at, id): tasks admitted at one
+        # model time share their queued_at. Row ids (taskward.ids, version 7) made in creation
+        # order -- their random digits a counter, so ids of one millisecond and of several
+        # sort alike -- and seeded uuid4 keys make every history replay exactly, which
+        # Hypothesis needs to shrink it (random digits once made it report a flaky strategy:
+        # a replay claimed another task first). Restored by teardown().
+        counter = itertools.count(1)
+        self.random20 = taskward.ids._random20
+        taskward.ids._random20 = lambda: f"{next(counter):020x}"
+        keys = random.Random(0)
         self.uuid4 = uuid.uuid4
-        uuid.uuid4 = lambda: uuid.UUID(int=ids.getrandbits(128), version=4)
+        uuid.uuid4 = lambda: uuid.UUID(int=keys.getrandbits(128), version=4)
         self.now = T0
         self.last_reap = self.now
         self.tasks: dict[str, ModelTask] = {}  # by idempotency key
@@ -150,6 +159,7 @@ class QueueMachine(RuleBasedStateMachine):
         finally:
             self.loop.close()
             uuid.uuid4 = self.uuid4
+            taskward.ids._random20 = self.random20
 
     # -- model helpers --------------------------------------------------------------------
 
